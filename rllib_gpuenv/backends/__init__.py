@@ -1,0 +1,61 @@
+"""Interchangeable ways to run the CartPole physics: torch, numba CPU, numba CUDA."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
+
+BACKENDS = ("torch", "numba-cpu", "numba-cuda")
+
+
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
+def available_backends(device: torch.device) -> list[str]:
+    """Backends that can run on ``device`` on this machine."""
+    names = ["torch"]
+    if not _numba_installed():
+        return names
+    if device.type == "cpu":
+        names.append("numba-cpu")
+    from rllib_gpuenv.backends.numba_cuda import SIMULATED, cuda_available
+
+    if cuda_available() and (device.type == "cuda") != SIMULATED:
+        names.append("numba-cuda")
+    return names
+
+
+def make_backend(
+    name: str, num_envs: int, device: torch.device, dtype: torch.dtype, threads_per_block: int | None = None
+) -> Backend:
+    """Build a backend by name; ``"auto"`` picks numba-cuda on a GPU, numba-cpu on the CPU."""
+    if name == "auto":
+        candidates = available_backends(device)
+        name = next((n for n in ("numba-cuda", "numba-cpu") if n in candidates), "torch")
+        if device.type == "cpu" and name == "numba-cuda":  # simulator: slow, never automatic
+            name = "numba-cpu"
+    if name not in BACKENDS:
+        raise ValueError(
+            f"unknown backend {name!r}: choose one of 'auto', {', '.join(map(repr, BACKENDS))} "
+            f"(usable on {device} here: {', '.join(available_backends(device))})"
+        )
+    if name == "torch":
+        from rllib_gpuenv.backends.torch_backend import TorchBackend
+
+        return TorchBackend(num_envs, device, dtype)
+    if not _numba_installed():
+        raise ValueError(f"backend {name!r} needs numba: `pip install numba` (or use backend='torch')")
+    if name == "numba-cpu":
+        from rllib_gpuenv.backends.numba_cpu import NumbaCPUBackend
+
+        return NumbaCPUBackend(num_envs, device, dtype)
+    from rllib_gpuenv.backends.numba_cuda import DEFAULT_THREADS_PER_BLOCK, NumbaCUDABackend
+
+    return NumbaCUDABackend(num_envs, device, dtype, threads_per_block or DEFAULT_THREADS_PER_BLOCK)
+
+
+__all__ = ["BACKENDS", "Backend", "EnvBuffers", "StepOutputs", "StepParams", "available_backends", "make_backend"]

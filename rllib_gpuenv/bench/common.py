@@ -1,0 +1,94 @@
+"""What every benchmark shares: timing, result files, tables, machine facts."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import platform
+import time
+from typing import Callable, Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def machine_info() -> dict:
+    """Hardware and versions, recorded next to every figure."""
+    import numba
+    import numpy
+
+    info = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numba": numba.__version__,
+        "numpy": numpy.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "numba_threads": numba.get_num_threads(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def synchronize(device: torch.device | str | None) -> None:
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(fn: Callable[[int], object], min_seconds: float, min_calls: int, device=None, warmup: int = 3) -> float:
+    """Seconds per call of ``fn(i)``, called until both ``min_calls`` and ``min_seconds`` pass."""
+    for i in range(warmup):
+        fn(i)
+    synchronize(device)
+    calls, start = 0, time.perf_counter()
+    while True:
+        for _ in range(max(1, min_calls // 4)):
+            fn(calls)
+            calls += 1
+        synchronize(device)
+        elapsed = time.perf_counter() - start
+        if calls >= min_calls and elapsed >= min_seconds:
+            return elapsed / calls
+
+
+def write_results(rows: list[dict], out_dir: str, name: str, meta: dict) -> str:
+    """Write ``<name>.json`` (rows + machine facts) and ``<name>.csv``; return the JSON path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump({"machine": machine_info(), "meta": meta, "rows": rows}, f, indent=1)
+    if rows:
+        keys = list(dict.fromkeys(k for row in rows for k in row))
+        with open(os.path.join(out_dir, f"{name}.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(rows)
+    return path
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain aligned text table (Markdown-compatible)."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "-" if value is None else str(value)

@@ -1,0 +1,159 @@
+"""Env-steps per second of each backend and of the usual alternatives, side by side.
+
+Every contender is driven the same way: ``step()`` called once per step from Python, with
+actions taken from a pre-made pool on the contender's own device (no policy, no copies).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from rllib_gpuenv.bench.common import format_table, time_calls, write_results
+
+logger = logging.getLogger(__name__)
+
+POOL = 8  # distinct action vectors, cycled
+
+
+@dataclass
+class Contender:
+    name: str
+    make: Callable[[int], Callable[[int], object]]  # num_envs -> step(i)
+    device: str
+    max_envs: int = 1 << 30
+
+
+def _ours(backend: str, device: str, **kwargs) -> Callable:
+    def make(n: int):
+        from rllib_gpuenv import CartPoleVectorEnv
+
+        env = CartPoleVectorEnv(n, backend=backend, device=device, **kwargs)
+        env.reset(seed=0)
+        gen = torch.Generator().manual_seed(0)
+        pool = torch.randint(0, 2, (POOL, n), generator=gen).to(env.device)
+        return lambda i: env.step(pool[i % POOL])
+
+    return make
+
+
+def _gymnasium_numpy(n: int):
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv as GymCartPoleVectorEnv
+
+    env = GymCartPoleVectorEnv(num_envs=n)
+    env.reset(seed=0)
+    pool = np.random.default_rng(0).integers(0, 2, (POOL, n))
+    return lambda i: env.step(pool[i % POOL])
+
+
+def _plain_torch(device: str) -> Callable:
+    def make(n: int):
+        from rllib_gpuenv.bench.baselines import PlainTorchCartPole
+
+        env = PlainTorchCartPole(n, device)
+        pool = torch.randint(0, 2, (POOL, n), device=device)
+        return lambda i: env.step(pool[i % POOL])
+
+    return make
+
+
+def contenders(with_gpu: bool) -> list[Contender]:
+    from rllib_gpuenv.backends import available_backends
+
+    found = [
+        Contender("gymnasium numpy", _gymnasium_numpy, "cpu", max_envs=1 << 20),
+        Contender("plain torch (cpu)", _plain_torch("cpu"), "cpu"),
+        Contender("ours: torch (cpu)", _ours("torch", "cpu"), "cpu"),
+        Contender("ours: numba-cpu", _ours("numba-cpu", "cpu"), "cpu"),
+    ]
+    if with_gpu:
+        gpu = "cuda"
+        found += [
+            Contender("plain torch (cuda)", _plain_torch(gpu), gpu),
+            Contender("ours: torch (cuda)", _ours("torch", gpu), gpu),
+        ]
+        if "numba-cuda" in available_backends(torch.device(gpu)):
+            found.append(Contender("ours: numba-cuda", _ours("numba-cuda", gpu), gpu))
+            found.append(
+                Contender("ours: numba-cuda (reuse, no checks)",
+                          _ours("numba-cuda", gpu, reuse_outputs=True, validate_actions=False), gpu)
+            )  # fmt: skip
+    return found
+
+
+def run(
+    num_envs: list[int],
+    min_seconds: float = 0.5,
+    min_calls: int = 20,
+    only: list[str] | None = None,
+    out_dir: str = "bench_results",
+    plot: bool = False,
+) -> list[dict]:
+    """Measure every contender at every size; print a table; write JSON/CSV (and a PNG)."""
+    with_gpu = torch.cuda.is_available()
+    chosen = [c for c in contenders(with_gpu) if not only or any(o in c.name for o in only)]
+    rows = []
+    for n in num_envs:
+        for c in chosen:
+            if n > c.max_envs or (c.device == "cpu" and n > (1 << 20)):
+                continue
+            print(f"  {c.name:<38} num_envs={n:>9,} ...", end="", file=sys.stderr, flush=True)
+            step = c.make(n)
+            seconds = time_calls(step, min_seconds, min_calls, device=c.device)
+            rows.append({"contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds})
+            print(f" {n / seconds:,.0f} env-steps/s", file=sys.stderr)
+            del step
+    print(summary(rows))
+    path = write_results(rows, out_dir, "throughput", {"num_envs": num_envs, "min_seconds": min_seconds})
+    print(f"\nraw results: {path}")
+    if plot:
+        print(f"plot: {plot_scaling(rows, out_dir, 'throughput')}")
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """env-steps/s per size and contender, and the ratios the claims are about."""
+    names = list(dict.fromkeys(r["contender"] for r in rows))
+    sizes = sorted({r["num_envs"] for r in rows})
+    rate = {(r["contender"], r["num_envs"]): r["env_steps_per_s"] for r in rows}
+    table = [[n] + [rate.get((c, n)) for c in names] for n in sizes]
+    text = "env-steps per second (higher is better)\n" + format_table(["num_envs"] + names, table)
+    ratios = []
+    for fast, slow in [("ours: numba-cpu", "plain torch (cpu)"), ("ours: numba-cpu", "gymnasium numpy"),
+                       ("ours: numba-cuda", "plain torch (cuda)"), ("ours: numba-cuda", "ours: torch (cuda)")]:  # fmt: skip
+        for n in sizes:
+            if (fast, n) in rate and (slow, n) in rate:
+                ratios.append([fast, slow, n, rate[(fast, n)] / rate[(slow, n)]])
+    if ratios:
+        text += "\n\nspeed-ups measured in this run\n" + format_table(["contender", "vs", "num_envs", "ratio"], ratios)
+    return text
+
+
+def plot_scaling(rows: list[dict], out_dir: str, name: str) -> str:
+    """Time per step and env-steps/s against num_envs, one line per contender (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for c in dict.fromkeys(r["contender"] for r in rows):
+        mine = sorted((r for r in rows if r["contender"] == c), key=lambda r: r["num_envs"])
+        xs = [r["num_envs"] for r in mine]
+        axes[0].plot(xs, [r["seconds_per_step"] * 1e3 for r in mine], marker="o", label=c)
+        axes[1].plot(xs, [r["env_steps_per_s"] for r in mine], marker="o", label=c)
+    axes[0].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="ms per step() call", title="Time per step")
+    axes[1].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="env-steps / s", title="Throughput")
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    path = f"{out_dir}/{name}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

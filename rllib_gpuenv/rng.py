@@ -1,0 +1,65 @@
+"""Counter-based random numbers for initial states, identical on every backend.
+
+A stateful generator (numpy's, torch's, cuRAND's) gives different numbers on different devices.
+Here the starting state of an episode is a pure function of ``(seed, env_index, episode,
+component)``: a 32-bit integer hash (murmur3's finaliser, chained), turned into a float64 in
+``[low, high)``. Any backend computes the same bits from the same counters, so an experiment
+run on the GPU can be replayed exactly on a laptop, and no random state has to live on the
+device: each environment only keeps its episode counter.
+
+Only exact integer arithmetic below 2**63 is used (a 32x32-bit product is split in two halves),
+so the hash is the same for Python ints, int64 torch tensors and int64 numba values.
+"""
+
+from __future__ import annotations
+
+from rllib_gpuenv._jit import jitable
+
+MASK32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B9  # 2**32 / golden ratio, spreads the component index over 32 bits
+_INV_2_32 = 1.0 / 4294967296.0
+
+
+@jitable
+def mul32(a, c):
+    """``(a * c) mod 2**32`` for ``a, c < 2**32`` without overflowing int64."""
+    high = ((a * (c >> 16)) & 0xFFFF) << 16
+    return (high + a * (c & 0xFFFF)) & MASK32
+
+
+@jitable
+def mix32(h):
+    """murmur3's 32-bit finaliser: a bijection on [0, 2**32) with full avalanche."""
+    h = h ^ (h >> 16)
+    h = mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+@jitable
+def reset_bits(seed32, env_index, episode, component):
+    """32 random bits for one state component of one episode of one environment."""
+    h = mix32((seed32 + mul32(_GOLDEN, component + 1)) & MASK32)
+    h = mix32(h ^ (env_index & MASK32))
+    return mix32(h ^ (episode & MASK32))
+
+
+@jitable
+def bits_to_uniform(bits, low, high):
+    """Map 32 random bits (as a float64 value) to a float64 in ``[low, high)``."""
+    return low + (high - low) * (bits * _INV_2_32)
+
+
+def fold_seed(seed: int) -> int:
+    """Fold any Python int seed into the 32 bits the hash takes (distinct for seeds < 2**32)."""
+    seed = int(seed)
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
+    folded = 0
+    while True:
+        folded ^= seed & MASK32
+        seed >>= 32
+        if not seed:
+            return folded
+        folded = mix32(folded)

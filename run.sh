@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One entry point for people and CI. Creates ./.venv on first use (again when setup.cfg
+# changes), then runs what was asked:
+#   ./run.sh train [rllib-gpuenv train options]   PPO on GPUCartPole-v1, default device
+#   ./run.sh test  [pytest options]               the test suite
+#   ./run.sh <any rllib-gpuenv subcommand>        e.g. ./run.sh bench throughput
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV="${RLLIB_GPUENV_VENV:-.venv}"
+PY="${PYTHON:-python3}"
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+setup() {
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  local stamp="$VENV/.rllib_gpuenv-$(cat setup.cfg run.sh | sha1sum | cut -c1-12)"
+  [ -f "$stamp" ] && return 0
+  local pip=("$VENV/bin/python" -m pip install -q)
+  "${pip[@]}" --upgrade pip >/dev/null
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    if has_gpu; then
+      echo "[setup] GPU found: installing torch with CUDA and numba-cuda" >&2
+      "${pip[@]}" torch numba-cuda
+    else
+      # No GPU: never the multi-GB CUDA build. PyTorch's CPU wheels (found on this disk
+      # where a machine keeps them, else on PyTorch's CPU index).
+      echo "[setup] no GPU: installing the CPU build of torch" >&2
+      "${pip[@]}" "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu \
+        || "${pip[@]}" torch --index-url https://download.pytorch.org/whl/cpu
+    fi
+  fi
+  echo "[setup] installing rllib_gpuenv with its test and benchmark extras" >&2
+  "${pip[@]}" -e ".[test,bench]"
+  rm -f "$VENV"/.rllib_gpuenv-*
+  touch "$stamp"
+}
+
+cmd="${1:-train}"
+[ $# -gt 0 ] && shift
+setup
+case "$cmd" in
+  test) exec "$VENV/bin/python" -m pytest "$@" ;;
+  *) exec "$VENV/bin/rllib-gpuenv" "$cmd" "$@" ;;
+esac
