@@ -1,0 +1,34 @@
+"""Generalised Advantage Estimation on (T, N) tensors, on whatever device they live on."""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lambda_: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and value targets for a rollout of T steps of N envs.
+
+    Args:
+        rewards, terminated, truncated: (T, N), the results of step t.
+        values: (T + 1, N), V(obs_t) for t = 0..T; the last row bootstraps the rollout's end.
+
+    With NEXT_STEP autoreset, the observation after a done step is the episode's real final
+    observation, so ``values[t + 1]`` is the right bootstrap for a truncated episode, and a
+    termination bootstraps with zero. No advantage flows back across a done step.
+    """
+    not_terminated = (~terminated).to(values.dtype)
+    not_done = (~(terminated | truncated)).to(values.dtype)
+    deltas = rewards + gamma * values[1:] * not_terminated - values[:-1]
+    advantages = torch.empty_like(deltas)
+    running = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * lambda_ * not_done[t] * running
+        advantages[t] = running
+    return advantages, advantages + values[:-1]

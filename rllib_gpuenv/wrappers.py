@@ -1,0 +1,120 @@
+"""Device wrappers for any gymnasium env, and a device checker for envs and modules."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import VectorWrapper
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+from rllib_gpuenv.devices import resolve_device
+
+
+class DeviceEnv(VectorWrapper):
+    """Makes an ordinary gymnasium vector env take and return torch tensors on ``device``.
+
+    Observations, rewards and done flags arrive as tensors on ``device``; actions may be
+    tensors there (they are copied to the host for the wrapped env). Episode returns and
+    lengths are recorded with gymnasium's ``RecordEpisodeStatistics`` and handed over as
+    tensors too, so the device env runner can train any gymnasium env. Each step costs one
+    host→device copy of the results and one device→host copy of the actions.
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, device: str | torch.device = "auto"):
+        if not isinstance(env, gym.vector.VectorEnv):
+            raise TypeError(f"DeviceEnv wraps a gymnasium VectorEnv (e.g. gym.make_vec(...)), got {type(env).__name__}")
+        super().__init__(RecordEpisodeStatistics(env))
+        self.device = resolve_device(device)
+
+    def _tensor(self, array, dtype=None) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(array), dtype=dtype).to(self.device, non_blocking=True)
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._tensor(obs, torch.float32), info
+
+    def step(self, actions):
+        if isinstance(actions, torch.Tensor):
+            actions = actions.detach().cpu().numpy()
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        out = {}
+        if "episode" in info:
+            out = {
+                "episode": {"r": self._tensor(info["episode"]["r"], torch.float32), "l": self._tensor(info["episode"]["l"], torch.int32)},
+                "_episode": self._tensor(info["_episode"], torch.bool),
+            }
+        return (self._tensor(obs, torch.float32), self._tensor(reward, torch.float32),
+                self._tensor(terminated, torch.bool), self._tensor(truncated, torch.bool), out)  # fmt: skip
+
+
+class DeviceMismatchError(RuntimeError):
+    """A tensor is not on the device it should be on."""
+
+
+def _check_tree(tree: Any, device: torch.device, where: str, path: str = "") -> None:
+    if isinstance(tree, torch.Tensor):
+        if tree.device != device:
+            raise DeviceMismatchError(f"{where}: {path or 'tensor'} is on {tree.device}, expected {device}")
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            _check_tree(value, device, where, f"{path}[{key!r}]" if path else str(key))
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            _check_tree(value, device, where, f"{path}[{i}]" if path else f"[{i}]")
+
+
+class CheckDeviceEnv(VectorWrapper):
+    """Checks that every tensor going into and out of a vector env is on ``device``."""
+
+    def __init__(self, env: gym.vector.VectorEnv, device: str | torch.device):
+        super().__init__(env)
+        self.device = torch.device(device)
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        _check_tree({"observations": obs, "infos": info}, self.device, "env.reset() output")
+        return obs, info
+
+    def step(self, actions):
+        _check_tree({"actions": actions}, self.device, "env.step() input")
+        result = self.env.step(actions)
+        names = ("observations", "rewards", "terminated", "truncated", "infos")
+        _check_tree(dict(zip(names, result)), self.device, "env.step() output")
+        return result
+
+
+MODULE_METHODS = ("forward_inference", "forward_exploration", "forward_train", "compute_values")
+
+
+def _checked(method: Callable, device: torch.device, name: str) -> Callable:
+    def wrapper(batch, *args, **kwargs):
+        _check_tree(batch, device, f"module.{name}() input")
+        out = method(batch, *args, **kwargs)
+        _check_tree(out, device, f"module.{name}() output")
+        return out
+
+    wrapper.__wrapped__ = method
+    return wrapper
+
+
+def CheckDevice(obj, device: str | torch.device):  # noqa: N802 (reads as a wrapper class)
+    """Debugging aid: make an env or a module raise ``DeviceMismatchError`` naming any input or
+    output tensor that is not on ``device`` (which tensor, where it is, where it should be).
+
+    For a gymnasium vector env this returns a wrapper; for an RLlib ``RLModule`` (or any
+    ``torch.nn.Module``) it instruments the module's forward methods in place and returns it.
+    The check walks the tensors' ``.device`` attributes only: no copies, no synchronisation.
+    """
+    device = torch.device(device)
+    if isinstance(obj, gym.vector.VectorEnv):
+        return CheckDeviceEnv(obj, device)
+    if isinstance(obj, torch.nn.Module):
+        for name in MODULE_METHODS + ("forward",):
+            method = getattr(obj, name, None)
+            if callable(method) and not hasattr(method, "__wrapped__"):
+                setattr(obj, name, _checked(method, device, name))
+        return obj
+    raise TypeError(f"CheckDevice wraps a gymnasium VectorEnv or a torch/RLlib module, got {type(obj).__name__}")

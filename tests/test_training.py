@@ -1,0 +1,121 @@
+"""RLlib training with real Ray: the stock path, the device path, DeviceEnv, checkpoints, bad configs."""
+
+import gymnasium as gym
+import pytest
+import ray
+from ray.rllib.algorithms.ppo import PPOConfig
+
+import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
+from rllib_gpuenv.rllib import DevicePPOConfig
+from rllib_gpuenv.train import cartpole_config
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def return_mean(result) -> float:
+    return result["env_runners"].get("episode_return_mean", float("nan"))
+
+
+def test_stock_rllib_runner_trains_on_our_env():
+    config = (
+        PPOConfig()
+        .environment("rllib_gpuenv:GPUCartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, gym_env_vectorize_mode="vector_entry_point")
+        .training(train_batch_size_per_learner=256, minibatch_size=64, num_epochs=2)
+    )
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] >= 512
+        assert return_mean(results[-1]) > 0
+        assert type(algo.env_runner.env.unwrapped).__name__ == "CartPoleVectorEnv"
+    finally:
+        algo.stop()
+
+
+def test_device_path_solves_cartpole_on_cpu():
+    algo = cartpole_config(device="cpu", seed=0).build_algo()
+    try:
+        for iteration in range(1, 151):
+            result = algo.train()
+            if return_mean(result) >= 475:
+                break
+        assert return_mean(result) >= 475, f"mean return {return_mean(result):.1f} after {iteration} iterations"
+        runner = algo.env_runner
+        assert str(runner.env.device) == "cpu" and next(runner.module.parameters()).device.type == "cpu"
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] == iteration * algo.config.device_batch_size
+    finally:
+        algo.stop()
+
+
+def test_device_env_wrapper_trains_another_gymnasium_env():
+    config = (
+        DevicePPOConfig()
+        .environment("Acrobot-v1")
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(device="cpu", rollout_length=16, check_devices=True)
+        .training(minibatch_size=64, num_epochs=2)
+    )
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 3 * 8 * 16
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()
+
+
+def test_checkpoint_restore_and_continue(tmp_path):
+    config = cartpole_config(device="cpu", seed=1)
+    algo = config.build_algo()
+    for _ in range(3):
+        algo.train()
+    path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
+    weights = algo.get_module().state_dict()
+    algo.stop()
+
+    from rllib_gpuenv.rllib import DevicePPO
+
+    restored = DevicePPO.from_checkpoint(path)
+    try:
+        assert restored.iteration == 3
+        for name, tensor in restored.get_module().state_dict().items():
+            assert (tensor == weights[name]).all(), name
+        runner = restored.env_runner
+        assert type(runner).__name__ == "DeviceEnvRunner"
+        runner_weights = runner.module.state_dict()
+        assert all((runner_weights[n] == w).all() for n, w in weights.items() if n in runner_weights)
+        result = restored.train()
+        assert result["training_iteration"] == 4
+    finally:
+        restored.stop()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c.device_rollouts(device="tpu"), r"unknown device 'tpu'|not supported"),
+        (lambda c: c.training(minibatch_size=1000), r"minibatch_size=1000 does not divide the per-learner batch of 2048.*1024"),
+        (lambda c: c.training(train_batch_size_per_learner=4000), r"train_batch_size_per_learner=4000.*= 2048 env steps"),
+        (lambda c: c.device_rollouts(rollout_length=0), r"rollout_length must be a positive integer"),
+    ],
+)
+def test_bad_configs_fail_clearly(change, message):
+    config = DevicePPOConfig().environment("GPUCartPole-v1").env_runners(num_envs_per_env_runner=64).device_rollouts(rollout_length=32)
+    with pytest.raises(ValueError, match=message):
+        change(config).validate()
+
+
+def test_gpu_runner_device_where_there_is_none():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU message")
+    with pytest.raises(ValueError, match=r"no CUDA GPU"):
+        DevicePPOConfig().environment("GPUCartPole-v1").device_rollouts(device="cuda").validate()
+    assert gym.spec("GPUCartPole-v1").max_episode_steps == 500
