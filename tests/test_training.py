@@ -119,3 +119,21 @@ def test_gpu_runner_device_where_there_is_none():
     with pytest.raises(ValueError, match=r"no CUDA GPU"):
         DevicePPOConfig().environment("GPUCartPole-v1").device_rollouts(device="cuda").validate()
     assert gym.spec("GPUCartPole-v1").max_episode_steps == 500
+
+
+def test_remote_device_runners_send_batches_through_ray():
+    config = (
+        DevicePPOConfig()
+        .environment("GPUCartPole-v1")
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=16, num_cpus_per_env_runner=0.5)
+        .device_rollouts(device="cpu", rollout_length=8)
+        .training(minibatch_size=64, num_epochs=1)
+    )
+    assert config.validate() is None and config.train_batch_size_per_learner == 128
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 2 * 128
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()
