@@ -25,7 +25,7 @@ setup() {
       # No GPU: never the multi-GB CUDA build. PyTorch's CPU wheels (found on this disk
       # where a machine keeps them, else on PyTorch's CPU index).
       echo "[setup] no GPU: installing the CPU build of torch" >&2
-      "${pip[@]}" "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu \
+      "${pip[@]}" --retries 0 "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu \
         || "${pip[@]}" torch --index-url https://download.pytorch.org/whl/cpu
     fi
   fi
