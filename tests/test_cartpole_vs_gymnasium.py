@@ -3,7 +3,6 @@
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv as GymCartPoleVectorEnv
 
 from rllib_gpuenv import CartPoleVectorEnv

@@ -14,12 +14,10 @@ Plug it in with ``config.env_runners(env_runner_cls=DeviceEnvRunner)``;
 from __future__ import annotations
 
 import logging
-import time
 
 import gymnasium as gym
 import torch
 from gymnasium.vector import AutoresetMode
-from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.framework import get_device
@@ -106,7 +104,6 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             raise ValueError("the device env runner samples fixed-length rollouts; num_episodes is not supported")
         explore = self.config.explore if explore is None else explore
         T, N, device = self.config.rollout_length, self.num_envs, self._device
-        start = time.perf_counter()
         if self._obs is None or force_reset:
             seed = None if self.config.seed is None else self.config.seed + (self.worker_index or 0)
             self._obs, _ = self.env.reset(seed=seed)
@@ -160,12 +157,12 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             VALUE_TARGETS: value_targets.flatten(),
             Columns.LOSS_MASK: mask.flatten(),
         }
-        self._log_metrics(T * N, ended, ended_return, ended_length, time.perf_counter() - start)
+        self._log_metrics(T * N, ended, ended_return, ended_length)
         if self.worker_index:  # a remote runner: the batch travels through Ray's object store
             batch = {k: v.cpu() for k, v in batch.items()}
         return batch
 
-    def _log_metrics(self, num_steps, ended, ended_return, ended_length, seconds) -> None:
+    def _log_metrics(self, num_steps, ended, ended_return, ended_length) -> None:
         """RLlib's standard counters and episode metrics, from the on-device episode stats.
 
         One small host transfer per rollout: the most recent episodes' returns and lengths
