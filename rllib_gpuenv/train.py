@@ -13,45 +13,26 @@ import os
 import time
 from pathlib import Path
 
-import yaml
+from rllib_gpuenv.experiments import RETURN_METRIC, load_experiments
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "configs" / "gpu_cartpole_ppo.yaml"
-RETURN_METRIC = "env_runners/episode_return_mean"
 
 
-def load_experiment(path: str | os.PathLike = DEFAULT_CONFIG_FILE) -> tuple[str, dict]:
-    """The single experiment of a YAML file in RLlib's old format: ``{name: {run, env, stop, config}}``."""
-    with open(path) as f:
-        experiments = yaml.safe_load(f)
-    if not isinstance(experiments, dict) or len(experiments) != 1:
-        raise ValueError(f"{path}: expected one experiment, {{name: {{run, env, stop, config}}}}")
-    name, spec = next(iter(experiments.items()))
-    return name, spec
-
-
-def build_config(spec: dict, device: str | None = None, seed: int | None = None):
-    """A ``DevicePPOConfig`` from an experiment's ``env`` and ``config`` sections."""
-    from rllib_gpuenv.rllib import DevicePPOConfig
-
-    settings = dict(spec.get("config", {}))
-    rollouts = settings.pop("device_rollouts", {})
-    model_config = settings.pop("model_config", None)
+def load_config(config_file: str | os.PathLike = DEFAULT_CONFIG_FILE, device: str | None = None, seed: int | None = None):
+    """The experiment of a ``configs/`` file, with the device (all roles) and seed overridden."""
+    experiment = load_experiments(config_file)[0]
     if device is not None:
-        rollouts["device"] = device
+        experiment.config.devices(learner=device, env_runners=device)
     if seed is not None:
-        settings["seed"] = seed
-    config = DevicePPOConfig().environment(spec["env"]).device_rollouts(**rollouts)
-    config.update_from_dict(settings)
-    if model_config:
-        config.rl_module(model_config=model_config)
-    return config
+        experiment.config.debugging(seed=seed)
+    return experiment
 
 
 def cartpole_config(device: str | None = None, seed: int | None = None):
     """The main job's ``DevicePPOConfig`` (from ``configs/gpu_cartpole_ppo.yaml``)."""
-    return build_config(load_experiment()[1], device=device, seed=seed)
+    return load_config(device=device, seed=seed).config
 
 
 def _lookup(result: dict, path: str, default=float("nan")):
@@ -67,16 +48,17 @@ def train(config_file=DEFAULT_CONFIG_FILE, device: str | None = None, seed: int 
     """Train until the target return (or the iteration limit); save a checkpoint; return its path."""
     import ray
 
-    name, spec = load_experiment(config_file)
-    stop = spec.get("stop", {})
+    experiment = load_config(config_file, device=device, seed=seed)
+    name, config, stop = experiment.name, experiment.config, experiment.stop
     target = stop.get(RETURN_METRIC, 475.0) if target is None else target
     max_iterations = stop.get("training_iteration", 200) if max_iterations is None else max_iterations
-    config = build_config(spec, device=device, seed=seed)
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     algo = config.build_algo()
     runner = algo.env_runner
-    print(f"{name}: PPO on {spec['env']}, {runner.num_envs} envs x {config.rollout_length} steps per iteration "
-          f"on {runner._device} (backend {getattr(runner.env, 'backend', 'gymnasium')}); target mean return {target}")  # fmt: skip
+    learner_device = algo.learner_group._learner._device if algo.learner_group.is_local else "remote learners"
+    print(f"{name}: PPO on {config.env}, {runner.num_envs} envs x {config.rollout_length} steps per iteration; "
+          f"env runner on {runner._device} (backend {getattr(runner.env, 'backend', 'gymnasium')}), "
+          f"learner on {learner_device}; target mean return {target}")  # fmt: skip
     start = time.perf_counter()
     try:
         for _ in range(max_iterations):
@@ -100,7 +82,7 @@ def train(config_file=DEFAULT_CONFIG_FILE, device: str | None = None, seed: int 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config-file", default=str(DEFAULT_CONFIG_FILE), help="experiment YAML (default: %(default)s)")
-    parser.add_argument("--device", help="override the runners' device: auto, cpu, cuda, cuda:N")
+    parser.add_argument("--device", help="override the device of the env runner and the learner: auto, cpu, cuda, cuda:N")
     parser.add_argument("--seed", type=int, help="override the seed")
     parser.add_argument("--target", type=float, help="stop at this mean episode return (default: the file's, or 475)")
     parser.add_argument("--max-iterations", type=int, help="stop after this many iterations")

@@ -137,3 +137,88 @@ def test_remote_device_runners_send_batches_through_ray():
         assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("eval_runners, unit, duration", [(0, "episodes", 8), (1, "timesteps", 2000)])
+def test_each_role_on_its_device_and_evaluation_on_the_device_runner(eval_runners, unit, duration):
+    config = (
+        cartpole_config(seed=0)
+        .devices(learner="cpu", env_runners="cpu", evaluation="cpu")
+        .evaluation(evaluation_interval=1, evaluation_num_env_runners=eval_runners, evaluation_duration_unit=unit,
+                    evaluation_duration=duration, evaluation_config={"num_envs_per_env_runner": 16})
+    )  # fmt: skip
+    if eval_runners:
+        config.evaluation(evaluation_config={"num_envs_per_env_runner": 16, "num_cpus_per_env_runner": 0.5})
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        evaluation = result["evaluation"]["env_runners"]
+        assert evaluation["episode_return_mean"] > 0 and evaluation["num_env_steps_sampled"] >= (duration if unit == "timesteps" else 16)
+        if unit == "episodes":
+            assert evaluation["num_episodes"] >= duration
+        devices = algo.eval_env_runner_group.foreach_env_runner(
+            lambda r: (type(r).__name__, str(r._device), r.num_envs, r.config.in_evaluation), local_env_runner=not eval_runners
+        )
+        assert devices == [("DeviceEnvRunner", "cpu", 16, True)]
+        assert str(algo.learner_group._learner._device) == "cpu" and str(algo.env_runner._device) == "cpu"
+    finally:
+        algo.stop()
+
+
+def test_a_role_on_a_gpu_that_is_not_there_fails_clearly():
+    import torch
+
+    if torch.cuda.device_count() >= 3:
+        pytest.skip("this machine has the GPUs")
+    for role in ("learner", "env_runners", "evaluation"):
+        with pytest.raises(ValueError, match=r"cuda:2.*(no CUDA GPU|GPU\(s\) are visible)"):
+            cartpole_config().devices(**{role: "cuda:2"}).validate()
+
+
+def test_training_survives_a_killed_remote_runner():
+    config = (
+        cartpole_config(device="cpu", seed=0)
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=64, num_cpus_per_env_runner=0.5)
+        .fault_tolerance(restart_failed_env_runners=True)
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            algo.train()
+        victim = next(iter(algo.env_runner_group._worker_manager.actors().values()))
+        ray.kill(victim, no_restart=False)
+        for iteration in range(4, 151):
+            result = algo.train()
+            if return_mean(result) >= 475:
+                break
+        assert return_mean(result) >= 475, f"mean return {return_mean(result):.1f} after {iteration} iterations"
+        assert algo.env_runner_group.num_healthy_remote_workers() == 2
+        assert algo._counters["total_num_restored_workers"] >= 1
+    finally:
+        algo.stop()
+
+
+def test_a_logical_gpu_without_cuda_falls_back_to_the_cpu_and_says_so():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine where torch has no GPU")
+    from conftest import run_python
+
+    out = run_python(
+        "import ray\n"
+        "from rllib_gpuenv.rllib import DevicePPOConfig\n"
+        "ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)\n"
+        "config = (DevicePPOConfig().environment('GPUCartPole-v1')\n"
+        "    .env_runners(num_env_runners=1, num_envs_per_env_runner=16, num_gpus_per_env_runner=1, num_cpus_per_env_runner=0.5)\n"
+        "    .device_rollouts(rollout_length=8).training(minibatch_size=64, num_epochs=1))\n"
+        "algo = config.build_algo()\n"
+        "print('devices', algo.env_runner_group.foreach_env_runner(lambda r: str(r._device), local_env_runner=False))\n"
+        "print('steps', algo.train()['env_runners']['num_env_steps_sampled_lifetime'])\n"
+        "algo.stop()\n",
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "devices ['cpu']" in out.stdout and "steps 128" in out.stdout
+    assert "Ray assigned a GPU to env runner 1, but torch sees no CUDA device: using the CPU" in out.stderr

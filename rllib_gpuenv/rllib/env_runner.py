@@ -13,6 +13,7 @@ Plug it in with ``config.env_runners(env_runner_cls=DeviceEnvRunner)``;
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import gymnasium as gym
@@ -31,6 +32,18 @@ logger = logging.getLogger(__name__)
 
 ADVANTAGES = "advantages"
 VALUE_TARGETS = "value_targets"
+
+
+@dataclasses.dataclass
+class PlayedSteps:
+    """What an evaluation ``sample`` returns: RLlib only counts the env steps of what it gets back."""
+
+    steps: int
+
+    def env_steps(self) -> int:
+        return self.steps
+
+    agent_steps = env_steps
 
 
 def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, config=None) -> torch.device:
@@ -74,9 +87,10 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
 
     def make_env(self) -> None:
         config = self.config
-        self._device = runner_device(
-            getattr(config, "env_runner_device", "auto"), self.worker_index or 0, config.num_gpus_per_env_runner, config
-        )
+        requested = getattr(config, "env_runner_device", "auto")
+        if config.in_evaluation and getattr(config, "eval_env_runner_device", None) is not None:
+            requested = config.eval_env_runner_device
+        self._device = runner_device(requested, self.worker_index or 0, config.num_gpus_per_env_runner, config)
         env = make_device_env(config.env, config.num_envs_per_env_runner, self._device, config.env_config)
         if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
             raise ValueError(f"the device env runner needs NEXT_STEP autoreset, {env} has {env.metadata['autoreset_mode']}")
@@ -85,7 +99,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self.env = env
         self.num_envs = env.num_envs
         self._obs = None
-        logger.info("env runner %d: %d envs of %s on %s", self.worker_index or 0, self.num_envs, config.env, self._device)
+        role = "evaluation env runner" if config.in_evaluation else "env runner"
+        logger.info("%s %d: %d envs of %s on %s", role, self.worker_index or 0, self.num_envs, config.env, self._device)
 
     def make_module(self) -> None:
         # The whole actor-critic (not RLlib's inference-only copy): GAE needs the values here.
@@ -95,19 +110,28 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             CheckDevice(self.module, self._device)
         self._action_dist_cls = self.module.get_exploration_action_dist_cls()
 
+    def _reset(self) -> None:
+        seed = None if self.config.seed is None else self.config.seed + (self.worker_index or 0)
+        self._obs, _ = self.env.reset(seed=seed)
+        self._prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self._device)
+
+    def _distribution(self, logits: torch.Tensor, explore: bool):
+        dist = self._action_dist_cls.from_logits(logits)
+        return dist if explore else dist.to_deterministic()
+
     def sample(self, *, num_timesteps=None, num_episodes=None, explore=None, random_actions=False, force_reset=False, **kwargs):
         """Collect ``rollout_length`` steps of every env; return a ready PPO batch (a dict of tensors).
 
         Rows whose step was a NEXT_STEP reset (the action was ignored) get ``loss_mask`` False.
+        Asked for a number of episodes or timesteps (what RLlib's evaluation does), the runner
+        plays that much from fresh episodes instead, logs the episode metrics and returns no batch.
         """
-        if num_episodes is not None:
-            raise ValueError("the device env runner samples fixed-length rollouts; num_episodes is not supported")
         explore = self.config.explore if explore is None else explore
+        if num_episodes is not None or num_timesteps is not None:
+            return self._evaluate(num_episodes, num_timesteps, explore)
         T, N, device = self.config.rollout_length, self.num_envs, self._device
         if self._obs is None or force_reset:
-            seed = None if self.config.seed is None else self.config.seed + (self.worker_index or 0)
-            self._obs, _ = self.env.reset(seed=seed)
-            self._prev_done = torch.zeros(N, dtype=torch.bool, device=device)
+            self._reset()
         obs = torch.empty((T, *self._obs.shape), dtype=self._obs.dtype, device=device)
         actions = torch.empty((T, N), dtype=torch.int64, device=device)
         logp = torch.empty((T, N), device=device)
@@ -130,9 +154,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                     dist_inputs = torch.empty((T, *logits.shape), device=device)
                 dist_inputs[t] = logits
                 values[t] = self.module.compute_values({Columns.OBS: obs[t]}, embeddings=out.get(Columns.EMBEDDINGS))
-                dist = self._action_dist_cls.from_logits(logits)
-                if not explore:
-                    dist = dist.to_deterministic()
+                dist = self._distribution(logits, explore)
                 actions[t] = dist.sample()
                 logp[t] = dist.logp(actions[t]) if explore else 0.0
                 self._obs, rewards[t], terminated[t], truncated[t], info = self.env.step(actions[t])
@@ -157,23 +179,54 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             VALUE_TARGETS: value_targets.flatten(),
             Columns.LOSS_MASK: mask.flatten(),
         }
-        self._log_metrics(T * N, ended, ended_return, ended_length)
+        self._log_metrics(T * N, ended_return[ended], ended_length[ended])
         if self.worker_index:  # a remote runner: the batch travels through Ray's object store
             batch = {k: v.cpu() for k, v in batch.items()}
         return batch
 
-    def _log_metrics(self, num_steps, ended, ended_return, ended_length) -> None:
+    def _evaluate(self, num_episodes: int | None, num_timesteps: int | None, explore: bool) -> list[PlayedSteps]:
+        """Play fresh episodes in all envs at once until ``num_episodes`` have ended (or
+        ``num_timesteps`` env steps have passed); log their metrics on the device's behalf.
+
+        Checks the episode count on the host only every ``CHECK_EVERY`` steps.
+        """
+        CHECK_EVERY = 16
+        self._reset()
+        returns, lengths, steps = [], [], 0
+        ended_count = torch.zeros((), dtype=torch.int64, device=self._device)
+        with torch.no_grad():
+            while True:
+                logits = self.module.forward_inference({Columns.OBS: self._obs})[Columns.ACTION_DIST_INPUTS]
+                self._obs, _, _, _, info = self.env.step(self._distribution(logits, explore).sample())
+                steps += self.num_envs
+                if "episode" in info:
+                    ended = info["_episode"]
+                    returns.append(info["episode"]["r"][ended])
+                    lengths.append(info["episode"]["l"][ended])
+                    ended_count += ended.sum()
+                if num_timesteps is not None and steps >= num_timesteps:
+                    break
+                if num_episodes is not None and steps % (CHECK_EVERY * self.num_envs) == 0 and int(ended_count) >= num_episodes:
+                    break
+        self._obs = None  # the next training rollout starts from fresh episodes
+        returns = torch.cat(returns) if returns else torch.zeros(0)
+        lengths = torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.int32)
+        if num_episodes is not None:
+            returns, lengths = returns[:num_episodes], lengths[:num_episodes]
+        self._log_metrics(steps, returns, lengths, window=len(returns))
+        return [PlayedSteps(steps)]
+
+    def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, window: int | None = None) -> None:
         """RLlib's standard counters and episode metrics, from the on-device episode stats.
 
         One small host transfer per rollout: the most recent episodes' returns and lengths
         (as many as RLlib's smoothing window keeps).
         """
-        window = max(1, self.config.metrics_num_episodes_for_smoothing // max(1, self.config.num_env_runners))
-        returns = ended_return[ended][-window:].tolist()
-        lengths = ended_length[ended][-window:].tolist()
-        num_episodes = int(ended.sum())
+        if window is None:
+            window = max(1, self.config.metrics_num_episodes_for_smoothing // max(1, self.config.num_env_runners))
+        num_episodes = len(returns)
         self._increase_sampled_metrics(num_steps, num_episodes)
-        for ret, length in zip(returns, lengths):
+        for ret, length in zip(returns[-window:].tolist(), lengths[-window:].tolist()):
             self._log_episode_metrics(length, ret, 0.0)  # per-episode wall time is not tracked
 
     def get_metrics(self):

@@ -40,12 +40,15 @@ class DevicePPOConfig(PPOConfig):
         super().__init__(algo_class=algo_class or DevicePPO)
         self.env_runner_cls = DeviceEnvRunner
         self.env_runner_device = "auto"
+        self.eval_env_runner_device = None  # None: where the training env runners are
+        self.learner_device = None  # None: RLlib's own choice from num_gpus_per_learner
         self.rollout_length = 32
         self.check_devices = False
         # CartPole-ready defaults: one local runner on the default device, 64 envs.
         self.num_env_runners = 0
         self.num_envs_per_env_runner = 64
         self._train_batch_size_per_learner = None  # derived in validate()
+        self._derived_train_batch_size = None  # what validate() derived (re-derived when the shape changes)
         self.minibatch_size = 512
         self.num_epochs = 10
 
@@ -60,6 +63,22 @@ class DevicePPOConfig(PPOConfig):
             self.check_devices = check_devices
         return self
 
+    def devices(self, *, learner=NotProvided, env_runners=NotProvided, evaluation=NotProvided) -> "DevicePPOConfig":
+        """One device per role, as rlstructures does: e.g. the learner on ``"cuda:0"``, the
+        training env runners on ``"cuda:1"``, the evaluation env runners on ``"cuda:2"``.
+
+        Each is ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``; on one GPU, or on the CPU, the roles
+        share it. The learner's device applies to the local learner (``num_learners=0``); Ray
+        assigns remote learners their GPUs (``num_gpus_per_learner``).
+        """
+        if learner is not NotProvided:
+            self.learner_device = learner
+        if env_runners is not NotProvided:
+            self.env_runner_device = env_runners
+        if evaluation is not NotProvided:
+            self.eval_env_runner_device = evaluation
+        return self
+
     @property
     def device_batch_size(self) -> int:
         """Env steps one iteration collects: rollout_length × envs per runner × runners."""
@@ -68,17 +87,24 @@ class DevicePPOConfig(PPOConfig):
     def validate(self) -> None:
         if not isinstance(self.rollout_length, int) or self.rollout_length < 1:
             raise ValueError(f"rollout_length must be a positive integer, got {self.rollout_length!r}")
-        if self.env_runner_device not in (None, "auto"):
-            from rllib_gpuenv.devices import resolve_device
+        from rllib_gpuenv.devices import resolve_device
 
-            resolve_device(self.env_runner_device)  # an unknown or absent device fails here, clearly
+        for device in (self.env_runner_device, self.eval_env_runner_device):
+            if device not in (None, "auto"):
+                resolve_device(device)  # an unknown or absent device fails here, clearly
+        self._place_learner()
+        if not self.in_evaluation:  # evaluation runners play episodes; they make no training batches
+            self._derive_train_batch_size()
+        super().validate()
+
+    def _derive_train_batch_size(self) -> None:
         learners = max(1, self.num_learners)
         total = self.device_batch_size
         if total % learners:
             raise ValueError(f"the batch of {total} env steps (rollout_length × envs × runners) does not split over {learners} learners")
         expected = total // learners
-        if self._train_batch_size_per_learner is None:
-            self._train_batch_size_per_learner = expected
+        if self._train_batch_size_per_learner in (None, self._derived_train_batch_size):
+            self._train_batch_size_per_learner = self._derived_train_batch_size = expected
         elif self._train_batch_size_per_learner != expected:
             raise ValueError(
                 f"train_batch_size_per_learner={self.train_batch_size_per_learner}, but each iteration collects "
@@ -90,7 +116,24 @@ class DevicePPOConfig(PPOConfig):
                 f"minibatch_size={self.minibatch_size} does not divide the per-learner batch of {expected} env steps: "
                 f"use a divisor such as {_divisor_near(expected, self.minibatch_size or 512)}"
             )
-        super().validate()
+
+    def _place_learner(self) -> None:
+        """Turn ``learner_device`` into RLlib's ``num_gpus_per_learner`` and ``local_gpu_idx``."""
+        if self.learner_device is None:
+            return
+        from rllib_gpuenv.devices import resolve_device
+
+        device = resolve_device(self.learner_device)
+        if self.num_learners > 0:
+            raise ValueError(
+                f"learner_device={self.learner_device!r} places the local learner, but num_learners={self.num_learners} "
+                "asks for remote learners, whose GPUs Ray assigns: set num_gpus_per_learner instead, or num_learners=0"
+            )
+        if device.type == "cuda":
+            self.num_gpus_per_learner = self.num_gpus_per_learner or 1
+            self.local_gpu_idx = device.index if device.index is not None else torch.cuda.current_device()
+        else:
+            self.num_gpus_per_learner = 0
 
 
 def _divisor_near(n: int, target: int) -> int:
@@ -143,6 +186,13 @@ class DevicePPO(PPO):
 
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             self._sync_whole_module()
+
+    def restore_env_runners(self, env_runner_group):
+        """After RLlib restarts a failed runner (syncing only the actor), give it the critic too."""
+        restored = super().restore_env_runners(env_runner_group)
+        if restored and env_runner_group is self.env_runner_group:
+            self._sync_whole_module()
+        return restored
 
     def _sample_batches(self):
         group = self.env_runner_group
