@@ -19,13 +19,43 @@ def _sizes(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
 
-def _bench_throughput(args) -> None:
+def _default_sizes(cpu: str, gpu: str) -> str:
     import torch
 
+    return gpu if torch.cuda.is_available() else cpu
+
+
+def _bench_scaling(args) -> None:
     from rllib_gpuenv.bench import throughput
 
-    sizes = args.num_envs or ("1..4194304" if torch.cuda.is_available() else "1..65536")
-    throughput.run(_sizes(sizes), min_seconds=args.min_seconds, only=args.only, out_dir=args.out, plot=args.plot)
+    sizes = _sizes(args.num_envs or _default_sizes("1..65536", "1..4194304"))
+    throughput.run(sizes, min_seconds=args.min_seconds, only=args.only, out_dir=args.out, plot=args.plot)
+
+
+def _bench_block_size(args) -> None:
+    from rllib_gpuenv.bench import block_size
+
+    sizes = _sizes(args.num_envs or "4096,65536,1048576,4194304")
+    block_size.run(sizes, _sizes(args.candidates), steps=args.steps, out_dir=args.out, plot=args.plot)
+
+
+def _bench_workload(args) -> None:
+    from rllib_gpuenv.bench import workload
+
+    sizes = _sizes(args.num_envs or _default_sizes("256,65536", "4096,1048576"))
+    workload.run(sizes, _sizes(args.substeps), min_seconds=args.min_seconds, out_dir=args.out, plot=args.plot)
+
+
+def _bench_training(args) -> None:
+    from rllib_gpuenv.bench import training
+
+    training.run(args.contenders, _sizes(args.seeds), target=args.target, budget_s=args.budget, out_dir=args.out, plot=args.plot)
+
+
+def _bench_breakdown(args) -> None:
+    from rllib_gpuenv.bench import breakdown
+
+    breakdown.run(args.num_envs, args.rollout_length, args.iterations, device=args.device, out_dir=args.out, plot=args.plot)
 
 
 def _tune_block_size(args) -> None:
@@ -48,13 +78,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks: each prints a table and writes JSON/CSV (and a PNG with --plot)")
     bench_sub = bench.add_subparsers(dest="benchmark", required=True)
-    tp = bench_sub.add_parser("throughput", help="env-steps/s per backend vs gymnasium and plain torch")
-    tp.add_argument("--num-envs", help="sizes: '1,256,65536' or '1..65536' (powers of 4); default 1..65536 on CPU, ..4194304 on GPU")
-    tp.add_argument("--min-seconds", type=float, default=0.5, help="time each point at least this long")
-    tp.add_argument("--only", nargs="*", help="only contenders whose name contains one of these")
-    tp.add_argument("--out", default="bench_results", help="folder for results")
-    tp.add_argument("--plot", action="store_true", help="also write a PNG plot")
-    tp.set_defaults(func=_bench_throughput)
+
+    def benchmark(name: str, help: str, func, aliases=()):
+        p = bench_sub.add_parser(name, help=help, aliases=list(aliases))
+        p.add_argument("--out", default="bench_results", help="folder for results (default: %(default)s)")
+        p.add_argument("--plot", action="store_true", help="also write a PNG plot")
+        p.set_defaults(func=func)
+        return p
+
+    sc = benchmark("scaling", "env-steps/s and time per step vs num_envs: every backend vs gymnasium and plain torch", _bench_scaling, ["throughput"])
+    sc.add_argument("--num-envs", help="sizes: '1,256,65536' or '1..65536' (powers of 4); default 1..65536 on CPU, ..4194304 on GPU")
+    sc.add_argument("--min-seconds", type=float, default=0.5, help="time each point at least this long")
+    sc.add_argument("--only", nargs="*", help="only contenders whose name contains one of these")
+    bs = benchmark("block-size", "numba-cuda threads per block at several num_envs (GPU)", _bench_block_size)
+    bs.add_argument("--num-envs", help="sizes (default 4096,65536,1048576,4194304)")
+    bs.add_argument("--candidates", default="32,64,128,256,512,1024", help="threads-per-block values")
+    bs.add_argument("--steps", type=int, default=200, help="steps timed per point")
+    wl = benchmark("workload", "time per step vs substeps (work per step) for the torch and numba backends", _bench_workload)
+    wl.add_argument("--num-envs", help="sizes (default 256,65536 on CPU; 4096,1048576 on GPU)")
+    wl.add_argument("--substeps", default="1,4,16,64", help="substeps values")
+    wl.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
+    tr = benchmark("training", "PPO reward vs wall time: device path, stock runner, stock RLlib, SB3", _bench_training)
+    tr.add_argument("--contenders", nargs="*", default=["device", "stock-runner", "stock-rllib", "stock-rllib-8envs", "sb3"],
+                    help="subset of %(default)s")  # fmt: skip
+    tr.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
+    tr.add_argument("--target", type=float, default=475.0, help="mean return of the last 100 episodes to reach")
+    tr.add_argument("--budget", type=float, default=120.0, help="seconds of training per run before giving up")
+    bd = benchmark("breakdown", "where the time of a PPO iteration goes, device path vs stock runner", _bench_breakdown)
+    bd.add_argument("--num-envs", type=int, default=128)
+    bd.add_argument("--rollout-length", type=int, default=32)
+    bd.add_argument("--iterations", type=int, default=5)
+    bd.add_argument("--device", help="device of the device path (default auto)")
 
     tpb = sub.add_parser("tune-block-size", help="measure the numba-cuda kernel over threads-per-block values")
     tpb.add_argument("--num-envs", type=int, default=1 << 20)

@@ -77,6 +77,36 @@ def write_results(rows: list[dict], out_dir: str, name: str, meta: dict) -> str:
     return path
 
 
+def report(rows: list[dict], out_dir: str, name: str, meta: dict, plot: Callable[[], str] | None = None) -> str:
+    """Write the raw results (and the plot, when ``plot`` draws one); say where; return the JSON path."""
+    path = write_results(rows, out_dir, name, meta)
+    print(f"\nraw results: {path}")
+    if plot is not None:
+        print(f"plot: {plot()}")
+    return path
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (benchmarks run headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, out_dir: str, name: str) -> str:
+    """Lay out, write ``<out_dir>/<name>.png``, close; return the path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = os.path.join(out_dir, f"{name}.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain aligned text table (Markdown-compatible)."""
     cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]

@@ -1,12 +1,19 @@
-"""Env-steps per second of each backend and of the usual alternatives, side by side.
+"""Scaling with the number of envs (the CS267 paper's figure 4): every backend side by side
+with the usual alternatives.
 
 Every contender is driven the same way: ``step()`` called once per step from Python, with
-actions taken from a pre-made pool on the contender's own device (no policy, no copies).
+actions taken from a pre-made pool on the contender's own device (no policy, no copies). The
+alternatives: gymnasium's ``SyncVectorEnv`` (one CartPoleEnv per env, a Python loop) and
+``AsyncVectorEnv`` (one process per env: the Stable-Baselines ``SubprocVecEnv`` setup, so
+capped at a few times the core count), gymnasium's numpy ``CartPoleVectorEnv`` and a plain
+torch batched CartPole. The "turning point" of a contender is the size from which the time per
+step grows about linearly with num_envs: more envs stop being free.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -14,7 +21,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from rllib_gpuenv.bench.common import format_table, time_calls, write_results
+from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, time_calls
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +58,20 @@ def _gymnasium_numpy(n: int):
     return lambda i: env.step(pool[i % POOL])
 
 
+def _gymnasium_vector(kind: str) -> Callable:
+    def make(n: int):
+        import gymnasium as gym
+
+        env = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode=kind)
+        env.reset(seed=0)
+        pool = np.random.default_rng(0).integers(0, 2, (POOL, n))
+        step = lambda i: env.step(pool[i % POOL])  # noqa: E731
+        step.close = env.close
+        return step
+
+    return make
+
+
 def _plain_torch(device: str) -> Callable:
     def make(n: int):
         from rllib_gpuenv.bench.baselines import PlainTorchCartPole
@@ -65,11 +86,16 @@ def _plain_torch(device: str) -> Callable:
 def contenders(with_gpu: bool) -> list[Contender]:
     from rllib_gpuenv.backends import available_backends
 
+    cores = os.cpu_count() or 1
     found = [
+        Contender("gymnasium SyncVectorEnv", _gymnasium_vector("sync"), "cpu", max_envs=4096),
+        Contender("gymnasium AsyncVectorEnv", _gymnasium_vector("async"), "cpu", max_envs=max(4, 4 * cores)),
         Contender("gymnasium numpy", _gymnasium_numpy, "cpu", max_envs=1 << 20),
         Contender("plain torch (cpu)", _plain_torch("cpu"), "cpu"),
         Contender("ours: torch (cpu)", _ours("torch", "cpu"), "cpu"),
         Contender("ours: numba-cpu", _ours("numba-cpu", "cpu"), "cpu"),
+        # As the device env runner drives it: outputs reused, action checks off.
+        Contender("ours: numba-cpu (reuse, no checks)", _ours("numba-cpu", "cpu", reuse_outputs=True, validate_actions=False), "cpu"),
     ]
     if with_gpu:
         gpu = "cuda"
@@ -93,6 +119,7 @@ def run(
     only: list[str] | None = None,
     out_dir: str = "bench_results",
     plot: bool = False,
+    name: str = "scaling",
 ) -> list[dict]:
     """Measure every contender at every size; print a table; write JSON/CSV (and a PNG)."""
     with_gpu = torch.cuda.is_available()
@@ -107,13 +134,33 @@ def run(
             seconds = time_calls(step, min_seconds, min_calls, device=c.device)
             rows.append({"contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds})
             print(f" {n / seconds:,.0f} env-steps/s", file=sys.stderr)
+            getattr(step, "close", lambda: None)()
             del step
+    turning = turning_points(rows)
     print(summary(rows))
-    path = write_results(rows, out_dir, "throughput", {"num_envs": num_envs, "min_seconds": min_seconds})
-    print(f"\nraw results: {path}")
-    if plot:
-        print(f"plot: {plot_scaling(rows, out_dir, 'throughput')}")
+    print("\nturning points (time per step grows ~linearly from here on)\n"
+          + format_table(["contender", "num_envs"], [[c, n] for c, n in turning.items()]))  # fmt: skip
+    meta = {"num_envs": num_envs, "min_seconds": min_seconds, "turning_points": turning}
+    report(rows, out_dir, name, meta, plot=(lambda: plot_scaling(rows, out_dir, name, turning)) if plot else None)
     return rows
+
+
+def turning_points(rows: list[dict], efficiency: float = 0.5) -> dict[str, int | None]:
+    """Per contender, the first size from which every step up in num_envs costs at least
+    ``efficiency`` of the proportional time (time per step growing about linearly)."""
+    points = {}
+    for c in dict.fromkeys(r["contender"] for r in rows):
+        mine = sorted((r for r in rows if r["contender"] == c), key=lambda r: r["num_envs"])
+        points[c] = None
+        for i in range(1, len(mine)):
+            later = mine[i - 1 :]
+            if all(
+                (b["seconds_per_step"] / a["seconds_per_step"]) >= efficiency * (b["num_envs"] / a["num_envs"])
+                for a, b in zip(later, later[1:])
+            ):
+                points[c] = mine[i - 1]["num_envs"]
+                break
+    return points
 
 
 def summary(rows: list[dict]) -> str:
@@ -125,6 +172,8 @@ def summary(rows: list[dict]) -> str:
     text = "env-steps per second (higher is better)\n" + format_table(["num_envs"] + names, table)
     ratios = []
     for fast, slow in [("ours: numba-cpu", "plain torch (cpu)"), ("ours: numba-cpu", "gymnasium numpy"),
+                       ("ours: numba-cpu (reuse, no checks)", "gymnasium numpy"), ("ours: numba-cpu", "gymnasium SyncVectorEnv"),
+                       ("ours: numba-cpu", "gymnasium AsyncVectorEnv"),
                        ("ours: numba-cuda", "plain torch (cuda)"), ("ours: numba-cuda", "ours: torch (cuda)")]:  # fmt: skip
         for n in sizes:
             if (fast, n) in rate and (slow, n) in rate:
@@ -134,26 +183,23 @@ def summary(rows: list[dict]) -> str:
     return text
 
 
-def plot_scaling(rows: list[dict], out_dir: str, name: str) -> str:
+def plot_scaling(rows: list[dict], out_dir: str, name: str, turning: dict | None = None) -> str:
     """Time per step and env-steps/s against num_envs, one line per contender (log-log)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for c in dict.fromkeys(r["contender"] for r in rows):
         mine = sorted((r for r in rows if r["contender"] == c), key=lambda r: r["num_envs"])
         xs = [r["num_envs"] for r in mine]
         axes[0].plot(xs, [r["seconds_per_step"] * 1e3 for r in mine], marker="o", label=c)
-        axes[1].plot(xs, [r["env_steps_per_s"] for r in mine], marker="o", label=c)
-    axes[0].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="ms per step() call", title="Time per step")
+        line = axes[1].plot(xs, [r["env_steps_per_s"] for r in mine], marker="o", label=c)[0]
+        point = (turning or {}).get(c)
+        if point is not None:
+            at = next(r for r in mine if r["num_envs"] == point)
+            axes[0].plot([point], [at["seconds_per_step"] * 1e3], marker="*", markersize=14, color=line.get_color())
+    axes[0].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="ms per step() call", title="Time per step (star: turning point)")
     axes[1].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="env-steps / s", title="Throughput")
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
     axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    path = f"{out_dir}/{name}.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out_dir, name)

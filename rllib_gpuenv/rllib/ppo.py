@@ -55,13 +55,7 @@ class DevicePPOConfig(PPOConfig):
     def device_rollouts(self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided) -> "DevicePPOConfig":
         """Where env runners work (``"auto"``, ``"cpu"``, ``"cuda:N"``), steps per env per
         rollout, and whether to check every env/module tensor's device (debugging)."""
-        if device is not NotProvided:
-            self.env_runner_device = device
-        if rollout_length is not NotProvided:
-            self.rollout_length = rollout_length
-        if check_devices is not NotProvided:
-            self.check_devices = check_devices
-        return self
+        return self._set_provided(env_runner_device=device, rollout_length=rollout_length, check_devices=check_devices)
 
     def devices(self, *, learner=NotProvided, env_runners=NotProvided, evaluation=NotProvided) -> "DevicePPOConfig":
         """One device per role, as rlstructures does: e.g. the learner on ``"cuda:0"``, the
@@ -71,12 +65,13 @@ class DevicePPOConfig(PPOConfig):
         share it. The learner's device applies to the local learner (``num_learners=0``); Ray
         assigns remote learners their GPUs (``num_gpus_per_learner``).
         """
-        if learner is not NotProvided:
-            self.learner_device = learner
-        if env_runners is not NotProvided:
-            self.env_runner_device = env_runners
-        if evaluation is not NotProvided:
-            self.eval_env_runner_device = evaluation
+        return self._set_provided(learner_device=learner, env_runner_device=env_runners, eval_env_runner_device=evaluation)
+
+    def _set_provided(self, **settings) -> "DevicePPOConfig":
+        """Set the attributes whose value was given (RLlib's ``NotProvided`` convention)."""
+        for name, value in settings.items():
+            if value is not NotProvided:
+                setattr(self, name, value)
         return self
 
     @property
@@ -167,22 +162,9 @@ class DevicePPO(PPO):
                 return
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
             columns = {k: torch.cat([b[k] for b in batches]) if len(batches) > 1 else batches[0][k] for k in batches[0]}
-            num_steps = len(columns["obs"])
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            learner_results = self.learner_group.update(
-                batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=num_steps),
-                timesteps={
-                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)),
-                    NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
-                        (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), default=0
-                    ),
-                },
-                num_epochs=self.config.num_epochs,
-                minibatch_size=self.config.minibatch_size,
-                shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
-            )
-            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+            self.metrics.aggregate(self.update_learners(columns), key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             self._sync_whole_module()
@@ -193,6 +175,22 @@ class DevicePPO(PPO):
         if restored and env_runner_group is self.env_runner_group:
             self._sync_whole_module()
         return restored
+
+    def update_learners(self, columns: dict) -> list:
+        """RLlib's PPO update (its loss, epochs and minibatches) on one ready device batch."""
+        num_steps = len(columns["obs"])
+        return self.learner_group.update(
+            batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=num_steps),
+            timesteps={
+                NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)),
+                NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
+                    (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), default=0
+                ),
+            },
+            num_epochs=self.config.num_epochs,
+            minibatch_size=self.config.minibatch_size,
+            shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
+        )
 
     def _sample_batches(self):
         group = self.env_runner_group

@@ -1,0 +1,46 @@
+"""Train PPO on GPUCartPole-v1 with the env, policy, rollouts and GAE on one device.
+
+What it shows: the Python API of the device path: ``DevicePPOConfig`` (RLlib's PPO with
+``DeviceEnvRunner``), ``devices(...)`` to place the learner and the env runner, and a plain
+``algo.train()`` loop with RLlib's standard metrics.
+
+How to run it: ``.venv/bin/python examples/train_device_ppo.py [--device cpu|cuda] [--target 475]``
+
+What to expect: one line per iteration. On a 2-core CPU the mean return passes 475 after about
+100-120 iterations (6-7 s); on a GPU the env runner and learner say ``cuda:0``.
+"""
+
+import argparse
+import time
+
+import ray
+
+from rllib_gpuenv.rllib import DevicePPOConfig
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="auto")
+parser.add_argument("--target", type=float, default=475.0)
+parser.add_argument("--max-iterations", type=int, default=200)
+args = parser.parse_args()
+
+ray.init(include_dashboard=False)
+config = (
+    DevicePPOConfig()
+    .environment("GPUCartPole-v1")
+    .env_runners(num_env_runners=0, num_envs_per_env_runner=32)  # one runner, in this process
+    .devices(learner=args.device, env_runners=args.device)
+    .device_rollouts(rollout_length=16)  # 32 envs x 16 steps = 512 env steps per iteration
+    .training(lr=1e-3, gamma=0.99, lambda_=0.95, num_epochs=4, minibatch_size=256, vf_loss_coeff=0.5)
+    .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
+    .debugging(seed=0)
+)
+algo = config.build_algo()
+print(f"env runner on {algo.env_runner._device}, learner on {algo.learner_group._learner._device}")
+start = time.perf_counter()
+for _ in range(args.max_iterations):
+    result = algo.train()
+    ret = result["env_runners"].get("episode_return_mean", float("nan"))
+    print(f"iter {result['training_iteration']:3d}  return {ret:6.1f}  {time.perf_counter() - start:6.1f} s")
+    if ret >= args.target:
+        break
+algo.stop()

@@ -1,0 +1,47 @@
+"""Threads per block of the numba-cuda kernel: a sweep at several num_envs, best per size.
+
+GPU only: under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) it runs, so that CI can
+check the code path, but the timings mean nothing and the table says so.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure
+
+
+def run(num_envs: list[int], candidates: list[int], steps: int = 200, out_dir: str = "bench_results", plot: bool = False) -> list[dict]:
+    from rllib_gpuenv.backends.numba_cuda import SIMULATED, cuda_available, search_threads_per_block
+
+    if not cuda_available():
+        raise SystemExit("bench block-size needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1 to check the code path)")
+    device = "cpu" if SIMULATED else "cuda"
+    rows = []
+    for n in num_envs:
+        print(f"  num_envs={n:>9,} ...", file=sys.stderr, flush=True)
+        for result in search_threads_per_block(n, candidates, steps=steps, device=device):
+            rows.append({"num_envs": n, "threads_per_block": result.threads_per_block, "env_steps_per_s": result.env_steps_per_second})
+    rate = {(r["num_envs"], r["threads_per_block"]): r["env_steps_per_s"] for r in rows}
+    table = [[tpb] + [rate.get((n, tpb)) for n in num_envs] for tpb in candidates]
+    best = [[n, max(candidates, key=lambda t: rate.get((n, t), 0))] for n in num_envs]
+    note = " (CUDA SIMULATOR: timings mean nothing)" if SIMULATED else ""
+    print(f"env-steps/s by threads per block{note}\n" + format_table(["threads_per_block"] + [f"n={n:,}" for n in num_envs], table))
+    print("\nbest threads per block\n" + format_table(["num_envs", "threads_per_block"], best))
+    meta = {"num_envs": num_envs, "candidates": candidates, "simulated": SIMULATED, "best": best}
+    report(rows, out_dir, "block_size", meta, plot=(lambda: plot_block_size(rows, out_dir)) if plot else None)
+    return rows
+
+
+def plot_block_size(rows: list[dict], out_dir: str) -> str:
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for n in sorted({r["num_envs"] for r in rows}):
+        mine = sorted((r for r in rows if r["num_envs"] == n), key=lambda r: r["threads_per_block"])
+        ax.plot([r["threads_per_block"] for r in mine], [r["env_steps_per_s"] for r in mine], marker="o", label=f"num_envs={n:,}")
+    ax.set(xscale="log", yscale="log", xlabel="threads per block", ylabel="env-steps / s", title="numba-cuda kernel: block size")
+    ax.set_xticks(sorted({r["threads_per_block"] for r in rows}), labels=[str(t) for t in sorted({r["threads_per_block"] for r in rows})])
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, out_dir, "block_size")

@@ -1,0 +1,278 @@
+"""Reward vs wall time (the CS267 paper's figure 7): PPO on CartPole, four setups, side by side.
+
+* ``device``: our device path (``configs/gpu_cartpole_ppo.yaml``: DevicePPO, env + policy +
+  GAE on one device);
+* ``stock-runner``: our GPUCartPole-v1 on RLlib's stock env runner
+  (``configs/gpu_cartpole_stock_runner.yaml``);
+* ``stock-rllib``: stock RLlib PPO on gymnasium's CartPole-v1 (``configs/cartpole_stock_rllib.yaml``,
+  RLlib's own tuned example);
+* ``sb3``: Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters.
+
+Every run happens in a fresh process, one after the other on the same machine, and records
+(seconds, env steps, mean return) after each iteration. The return criterion is the same for
+all: the mean return of the last 100 episodes (RLlib's ``episode_return_mean`` window and SB3's
+``ep_info_buffer``). Time to target counts training only; building the algorithm is reported
+apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, write_results
+
+CONTENDERS = {
+    "device": "ours: device path (DevicePPO)",
+    "stock-runner": "ours: env on RLlib's stock runner",
+    "stock-rllib": "stock RLlib on gymnasium CartPole",
+    "stock-rllib-8envs": "stock RLlib, 8 envs per runner",
+    "sb3": "Stable-Baselines3 PPO (RL-Zoo)",
+}
+CONFIG_FILES = {"device": "gpu_cartpole_ppo.yaml", "stock-runner": "gpu_cartpole_stock_runner.yaml",
+                "stock-rllib": "cartpole_stock_rllib.yaml", "stock-rllib-8envs": "cartpole_stock_rllib.yaml"}  # fmt: skip
+# Settings a contender changes in its config file (RLlib's tuned example with 8 envs per runner).
+BUILT_IN_OVERRIDES = {"stock-rllib-8envs": {"num_envs_per_env_runner": 8}}
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
+# RL-Zoo's hyperparameters for PPO on CartPole-v1 (rl-baselines3-zoo, hyperparams/ppo.yml).
+RL_ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0)  # fmt: skip
+RL_ZOO_ENVS, RL_ZOO_LR, RL_ZOO_CLIP = 8, 1e-3, 0.2
+
+
+def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, overrides: dict) -> dict:
+    import ray
+
+    from rllib_gpuenv.experiments import apply_config, load_experiments
+
+    (experiment,) = load_experiments(os.path.join(CONFIG_DIR, CONFIG_FILES[contender]))
+    config = experiment.config.debugging(seed=seed)
+    apply_config(config, {**BUILT_IN_OVERRIDES.get(contender, {}), **overrides}, "overrides")
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    start = time.perf_counter()
+    algo = config.build_algo()
+    build_s = time.perf_counter() - start
+    curve, start = [], time.perf_counter()
+    try:
+        while True:
+            result = algo.train()
+            elapsed = time.perf_counter() - start
+            runners = result["env_runners"]
+            curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), float(runners.get("episode_return_mean", float("nan")))))
+            if curve[-1][2] >= target or elapsed >= budget_s:
+                break
+        sampling = _rllib_sampling_rate(algo)
+    finally:
+        algo.stop()
+        ray.shutdown()
+    return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": sampling}
+
+
+def _rllib_sampling_rate(algo, repeats: int = 5) -> float:
+    """Env steps per second of sampling alone (env + policy inference), after training."""
+    from rllib_gpuenv.rllib import DeviceEnvRunner
+
+    def sample(runner) -> int:
+        if isinstance(runner, DeviceEnvRunner):
+            return len(runner.sample()["obs"])
+        return sum(e.env_steps() for e in runner.sample(num_timesteps=1000))
+
+    group = algo.env_runner_group
+    start, steps = time.perf_counter(), 0
+    for _ in range(repeats):
+        steps += sum(group.foreach_env_runner(sample, local_env_runner=False)) if group.num_remote_env_runners() else sample(algo.env_runner)
+    return steps / (time.perf_counter() - start)
+
+
+def _sb3_curve(seed: int, target: float, budget_s: float) -> dict:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    def linear(start: float):
+        return lambda progress: progress * start
+
+    class Curve(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.curve, self.start, self.done = [], None, False
+
+        def _on_training_start(self):
+            self.start = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            return not self.done  # False stops SB3's learn() at the next step
+
+        def _on_rollout_end(self) -> None:
+            buffer = self.model.ep_info_buffer  # the last 100 episodes
+            mean = statistics.fmean(float(e["r"]) for e in buffer) if buffer else float("nan")
+            self.curve.append((time.perf_counter() - self.start, self.num_timesteps, mean))
+            self.done = mean >= target or self.curve[-1][0] >= budget_s
+
+    start = time.perf_counter()
+    env = make_vec_env("CartPole-v1", n_envs=RL_ZOO_ENVS, seed=seed)
+    model = PPO("MlpPolicy", env, learning_rate=linear(RL_ZOO_LR), clip_range=linear(RL_ZOO_CLIP), seed=seed, device="cpu", **RL_ZOO_CARTPOLE)  # fmt: skip
+    build_s = time.perf_counter() - start
+    callback = Curve()
+    model.learn(total_timesteps=10_000_000, callback=callback)
+    obs, steps, start = env.reset(), 0, time.perf_counter()
+    while steps < 5000:  # sampling alone: policy inference + env steps, as collect_rollouts does
+        obs, *_ = env.step(model.predict(obs)[0])
+        steps += RL_ZOO_ENVS
+    return {"curve": callback.curve, "build_s": build_s, "sampling_env_steps_per_s": steps / (time.perf_counter() - start)}
+
+
+def run_one(contender: str, seed: int, target: float, budget_s: float, overrides: dict | None = None) -> dict:
+    """One training run in this process; returns its curve."""
+    if contender == "sb3":
+        return _sb3_curve(seed, target, budget_s)
+    return _rllib_curve(contender, seed, target, budget_s, overrides or {})
+
+
+def _run_in_subprocess(contender: str, seed: int, target: float, budget_s: float, overrides: dict) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    cmd = [sys.executable, "-m", "rllib_gpuenv.bench.training", "--one", contender, "--seed", str(seed),
+           "--target", str(target), "--budget", str(budget_s), "--overrides", json.dumps(overrides), "--write", out]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s * 3 + 300, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"{contender} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    with open(out) as f:
+        result = json.load(f)
+    os.unlink(out)
+    return result
+
+
+def _median(values) -> float | None:
+    """The median of the values that were measured (None where none was)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _median_with_misses(runs: list[dict], key: str) -> float | None:
+    median = statistics.median(math.inf if r[key] is None else r[key] for r in runs)
+    return None if math.isinf(median) else median
+
+
+def summarise(runs: list[dict], target: float) -> list[dict]:
+    """Per contender: median time and env steps to target over seeds, throughput, build time."""
+    rows = []
+    for key in dict.fromkeys(r["contender"] for r in runs):
+        mine = [r for r in runs if r["contender"] == key]
+        reached = [r for r in mine if r["time_to_target_s"] is not None]
+        rows.append({
+            "contender": CONTENDERS[key],
+            "key": key,
+            "reached": f"{len(reached)}/{len(mine)}",
+            # A seed that missed the target counts as infinitely slow; the median is None when
+            # most seeds missed.
+            "median_time_to_target_s": _median_with_misses(mine, "time_to_target_s"),
+            "median_steps_to_target": _median_with_misses(mine, "steps_to_target"),
+            "best_return": max(r["final_return"] for r in mine),
+            "env_steps_per_s": _median(r["env_steps_per_s"] for r in mine),
+            "sampling_env_steps_per_s": _median(r["sampling_env_steps_per_s"] for r in mine),
+            "build_s": _median(r["build_s"] for r in mine),
+            "budget_s": max(r["budget_s"] for r in mine),
+        })  # fmt: skip
+    return rows
+
+
+def _run_row(contender: str, seed: int, budget_s: float, target: float, result: dict) -> dict:
+    curve = result["curve"]
+    hit = next((p for p in curve if p[2] >= target), None)
+    seconds, steps = (curve[-1][0], curve[-1][1]) if curve else (float("nan"), 0)
+    return {
+        "contender": contender, "seed": seed, "budget_s": budget_s, "build_s": result["build_s"],
+        "time_to_target_s": hit[0] if hit else None, "steps_to_target": hit[1] if hit else None,
+        "final_return": curve[-1][2] if curve else float("nan"), "env_steps_per_s": steps / seconds if seconds else 0.0,
+        "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"),
+        "curve": curve,
+    }  # fmt: skip
+
+
+def run(contenders: list[str], seeds: list[int], target: float = 475.0, budget_s: float = 120.0,
+        overrides: dict | None = None, out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
+    """Every contender × seed in a fresh process; print the table and ratios; write JSON/CSV (and PNG)."""
+    runs = []
+    for contender in contenders:
+        for seed in seeds:
+            print(f"  {CONTENDERS[contender]:<40} seed {seed} ...", end="", file=sys.stderr, flush=True)
+            result = _run_in_subprocess(contender, seed, target, budget_s, (overrides or {}).get(contender, {}))
+            runs.append(_run_row(contender, seed, budget_s, target, result))
+            write_results([{k: v for k, v in r.items() if k != "curve"} for r in runs], out_dir, "training.partial", {"curves": runs})
+            r = runs[-1]
+            reached = f"{r['time_to_target_s']:.1f} s" if r["time_to_target_s"] is not None else f"not in {budget_s:g} s"
+            print(f" return {r['final_return']:.0f}, target {reached}", file=sys.stderr)
+    rows = summarise(runs, target)
+    print(summary_text(rows, target))
+    flat = [{k: v for k, v in r.items() if k != "curve"} for r in runs]
+    meta = {"target": target, "budget_s": budget_s, "seeds": seeds, "summary": rows, "curves": runs}
+    report(flat, out_dir, "training", meta, plot=(lambda: plot_curves(runs, target, out_dir)) if plot else None)
+    return rows
+
+
+def summary_text(rows: list[dict], target: float) -> str:
+    headers = ["contender", "reached", f"median s to {target:g}", "median env steps", "best return",
+               "training env-steps/s", "sampling env-steps/s", "build s"]  # fmt: skip
+    table = [[r["contender"], r["reached"], r["median_time_to_target_s"], r["median_steps_to_target"], r["best_return"],
+              r["env_steps_per_s"], r["sampling_env_steps_per_s"], r["build_s"]] for r in rows]  # fmt: skip
+    text = f"time to a mean return of {target:g} (last 100 episodes), median over seeds\n" + format_table(headers, table)
+    ours = next((r for r in rows if r["key"] == "device" and r["median_time_to_target_s"]), None)
+    if ours:
+        ratios = []
+        for other in rows:
+            if other is ours:
+                continue
+            if other["median_time_to_target_s"]:
+                ratios.append([other["contender"], f"{other['median_time_to_target_s'] / ours['median_time_to_target_s']:.1f}x"])
+            else:
+                ratios.append([other["contender"], f">= {other['budget_s'] / ours['median_time_to_target_s']:.1f}x (not reached in {other['budget_s']:g} s)"])
+        text += "\n\ndevice path's speed-up in time to target\n" + format_table(["vs", "speed-up"], ratios)
+    return text
+
+
+def plot_curves(runs: list[dict], target: float, out_dir: str) -> str:
+    plt = pyplot()
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = dict(zip(CONTENDERS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    labelled = set()
+    for r in runs:
+        xs_t, xs_s, ys = zip(*r["curve"]) if r["curve"] else ((), (), ())
+        label = None if r["contender"] in labelled else CONTENDERS[r["contender"]]
+        labelled.add(r["contender"])
+        axes[0].plot(xs_t, ys, color=colors[r["contender"]], label=label, alpha=0.8)
+        axes[1].plot(xs_s, ys, color=colors[r["contender"]], alpha=0.8)
+    for ax, xlabel in zip(axes, ["wall-clock seconds (training)", "env steps"]):
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+        ax.set(xlabel=xlabel, ylabel="mean return (last 100 episodes)", xscale="log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_title("Reward vs wall time")
+    axes[1].set_title("Reward vs env steps")
+    axes[0].legend(fontsize=8)
+    return save_figure(fig, out_dir, "training")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The child process: one run, written as JSON."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--one", choices=list(CONTENDERS), required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--budget", type=float, default=120.0)
+    parser.add_argument("--overrides", type=json.loads, default={})
+    parser.add_argument("--write", required=True)
+    args = parser.parse_args(argv)
+    result = run_one(args.one, args.seed, args.target, args.budget, args.overrides)
+    with open(args.write, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Smoke test of every benchmark at tiny sizes: it runs, prints its table, writes JSON/CSV/PNG."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+
+def bench(tmp_path, *args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", *args, "--out", str(tmp_path), "--plot"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT, check=False)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def outputs(tmp_path, name):
+    for ext in ("json", "csv", "png"):
+        assert (tmp_path / f"{name}.{ext}").stat().st_size > 0, ext
+    with open(tmp_path / f"{name}.json") as f:
+        return json.load(f)
+
+
+def test_scaling(tmp_path):
+    out = bench(tmp_path, "scaling", "--num-envs", "1,4,16", "--min-seconds", "0.01")
+    assert "turning points" in out.stdout and "gymnasium AsyncVectorEnv" in out.stdout and "ours: numba-cpu" in out.stdout
+    result = outputs(tmp_path, "scaling")
+    assert {r["contender"] for r in result["rows"]} >= {"gymnasium SyncVectorEnv", "gymnasium numpy", "plain torch (cpu)", "ours: torch (cpu)"}
+
+
+def test_workload(tmp_path):
+    out = bench(tmp_path, "workload", "--num-envs", "16", "--substeps", "1,4", "--min-seconds", "0.01")
+    assert "time growth from substeps=1 to 4" in out.stdout
+    assert len(outputs(tmp_path, "workload")["rows"]) == 4  # 2 backends x 2 substeps
+
+
+def test_block_size_under_the_cuda_simulator(tmp_path):
+    out = bench(tmp_path, "block-size", "--num-envs", "32", "--candidates", "16,32", "--steps", "2", env={"NUMBA_ENABLE_CUDASIM": "1"})
+    assert "CUDA SIMULATOR: timings mean nothing" in out.stdout and "best threads per block" in out.stdout
+    assert outputs(tmp_path, "block_size")["meta"]["simulated"] is True
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_block_size_without_a_gpu_says_so(tmp_path):
+    cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", "block-size", "--out", str(tmp_path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300, check=False)
+    assert out.returncode != 0 and "needs a CUDA GPU" in out.stderr
+
+
+def test_training_curves(tmp_path):
+    contenders = ["device", "stock-runner", "stock-rllib", "stock-rllib-8envs", "sb3"]
+    out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "20")
+    assert "time to a mean return of 25" in out.stdout and "device path's speed-up" in out.stdout
+    result = outputs(tmp_path, "training")
+    assert [r["contender"] for r in result["rows"]] == contenders
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+
+
+def test_breakdown(tmp_path):
+    out = bench(tmp_path, "breakdown", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1")
+    assert "env stepping" in out.stdout and "learner update" in out.stdout and "GPU utilisation" in out.stdout
+    rows = outputs(tmp_path, "breakdown")["rows"]
+    assert [r["setup"] for r in rows] == ["ours: device path", "RLlib stock runner, our env"]
+    assert all(r["s_env stepping"] > 0 and r["s_learner update"] > 0 for r in rows)

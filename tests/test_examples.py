@@ -1,0 +1,38 @@
+"""The examples run as their docstrings say (at small sizes)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+def example(name: str, *args) -> str:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", name), *args], capture_output=True, text=True,
+                         env=env, timeout=600, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_every_example_has_the_three_part_docstring():
+    for name in os.listdir(os.path.join(ROOT, "examples")):
+        if name.endswith(".py"):
+            text = open(os.path.join(ROOT, "examples", name)).read()
+            for part in ("What it shows:", "How to run it:", "What to expect:"):
+                assert part in text, (name, part)
+
+
+def test_vector_env_backends_agree():
+    out = example("vector_env_backends.py", "--num-envs", "256", "--steps", "60")
+    assert "all backends agree" in out and "numba-cpu" in out and "torch" in out
+
+
+@pytest.mark.parametrize("name, args, expected", [
+    ("train_device_ppo.py", ["--device", "cpu", "--target", "25", "--max-iterations", "10"], "env runner on cpu, learner on cpu"),
+    ("device_env_any_gymnasium_env.py", ["--iterations", "1"], "iter   1"),
+])  # fmt: skip
+def test_training_examples(name, args, expected):
+    assert expected in example(name, *args)
