@@ -6,8 +6,10 @@ What it shows: the Python API of the device path: ``DevicePPOConfig`` (RLlib's P
 
 How to run it: ``.venv/bin/python examples/train_device_ppo.py [--device cpu|cuda] [--target 475]``
 
-What to expect: one line per iteration. On a 2-core CPU the mean return passes 475 after about
-100-120 iterations (6-7 s); on a GPU the env runner and learner say ``cuda:0``.
+What to expect: one line per iteration. On a 2-core CPU, RLlib's ``episode_return_mean`` passes
+475 after about 100-120 iterations (6-7 s). That value is the mean of the episodes that ended in
+one iteration, not of the last 100: see benchmarks/RESULTS.md. On a GPU the env runner and the
+learner say ``cuda:0``.
 """
 
 import argparse

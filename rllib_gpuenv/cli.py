@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="subset of %(default)s")  # fmt: skip
     tr.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
     tr.add_argument("--target", type=float, default=475.0, help="mean return of the last 100 episodes to reach")
-    tr.add_argument("--budget", type=float, default=120.0, help="seconds of training per run before giving up")
+    tr.add_argument("--budget", type=float, default=90.0, help="seconds of training per run before giving up")
     bd = benchmark("breakdown", "where the time of a PPO iteration goes, device path vs stock runner", _bench_breakdown)
     bd.add_argument("--num-envs", type=int, default=128)
     bd.add_argument("--rollout-length", type=int, default=32)

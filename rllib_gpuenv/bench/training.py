@@ -18,6 +18,7 @@ apart.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -44,6 +45,7 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pat
 # RL-Zoo's hyperparameters for PPO on CartPole-v1 (rl-baselines3-zoo, hyperparams/ppo.yml).
 RL_ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0)  # fmt: skip
 RL_ZOO_ENVS, RL_ZOO_LR, RL_ZOO_CLIP = 8, 1e-3, 0.2
+LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
 
 
 def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, overrides: dict) -> dict:
@@ -58,13 +60,15 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
     start = time.perf_counter()
     algo = config.build_algo()
     build_s = time.perf_counter() - start
-    curve, start = [], time.perf_counter()
+    curve, recent, start = [], collections.deque(), time.perf_counter()
     try:
         while True:
             result = algo.train()
             elapsed = time.perf_counter() - start
             runners = result["env_runners"]
-            curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), float(runners.get("episode_return_mean", float("nan")))))
+            if runners.get("num_episodes", 0):
+                recent.appendleft((float(runners["episode_return_mean"]), int(runners["num_episodes"])))
+            curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), _last_episodes_mean(recent)))
             if curve[-1][2] >= target or elapsed >= budget_s:
                 break
         sampling = _rllib_sampling_rate(algo)
@@ -72,6 +76,22 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
         algo.stop()
         ray.shutdown()
     return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": sampling}
+
+
+def _last_episodes_mean(recent, n: int = LAST_EPISODES) -> float:
+    """The mean return of the last ``n`` episodes, from (mean, count) per iteration, newest first.
+
+    RLlib's ``episode_return_mean`` is the mean of the episodes that ended in *this* iteration
+    (its metrics clear on every reduce), not of the last 100: an iteration where two lucky
+    episodes end would pass 475. This is the window SB3's ``ep_info_buffer`` keeps.
+    """
+    total, count = 0.0, 0
+    for mean, k in recent:
+        take = min(k, n - count)
+        total, count = total + mean * take, count + take
+        if count == n:
+            break
+    return total / count if count else float("nan")
 
 
 def _rllib_sampling_rate(algo, repeats: int = 5) -> float:
@@ -110,7 +130,7 @@ def _sb3_curve(seed: int, target: float, budget_s: float) -> dict:
             return not self.done  # False stops SB3's learn() at the next step
 
         def _on_rollout_end(self) -> None:
-            buffer = self.model.ep_info_buffer  # the last 100 episodes
+            buffer = self.model.ep_info_buffer  # the last 100 episodes (SB3's stats_window_size)
             mean = statistics.fmean(float(e["r"]) for e in buffer) if buffer else float("nan")
             self.curve.append((time.perf_counter() - self.start, self.num_timesteps, mean))
             self.done = mean >= target or self.curve[-1][0] >= budget_s
