@@ -4,9 +4,9 @@ Each candidate is one Tune trial of the same experiment with other resource sett
 gives each trial what RLlib computes it needs (``Algorithm.default_resource_request``), so
 nothing is passed as ``resources_per_trial``. The objective is what users care about: the
 wall time to reach the target return (ties and misses ranked by the best return, then by
-throughput). The return is RLlib's ``env_runners/episode_return_mean``, which in RLlib 2.60
-averages the episodes that ended in one iteration, not the last 100 (see
-``bench/training.py``, which measures the stricter criterion). The search space is built from what the cluster has: without GPUs the GPU
+throughput). The return is ``env_runners/episode_return_mean``: on the device env runner the
+mean of the last 100 episodes, on RLlib 2.60's stock runner the mean of the episodes that ended
+in one iteration. The search space is built from what the cluster has: without GPUs the GPU
 options drop out (logged), and a candidate that asks for more than the cluster has is an
 error before any trial starts, not a trial PENDING forever.
 

@@ -1,12 +1,14 @@
 """RLlib training with real Ray: the stock path, the device path, DeviceEnv, checkpoints, bad configs."""
 
+import statistics
+
 import gymnasium as gym
 import pytest
 import ray
 from ray.rllib.algorithms.ppo import PPOConfig
 
 import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
-from rllib_gpuenv.rllib import DevicePPOConfig
+from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig
 from rllib_gpuenv.train import cartpole_config
 
 
@@ -41,7 +43,7 @@ def test_stock_rllib_runner_trains_on_our_env():
 def test_device_path_solves_cartpole_on_cpu():
     algo = cartpole_config(device="cpu", seed=0).build_algo()
     try:
-        for iteration in range(1, 301):
+        for iteration in range(1, 501):
             result = algo.train()
             if return_mean(result) >= 475:
                 break
@@ -210,7 +212,7 @@ def test_a_role_on_a_gpu_that_is_not_there_fails_clearly():
 def test_training_survives_a_killed_remote_runner():
     config = (
         cartpole_config(device="cpu", seed=0)
-        .env_runners(num_env_runners=2, num_envs_per_env_runner=64, num_cpus_per_env_runner=0.5)
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=32, num_cpus_per_env_runner=0.5)
         .fault_tolerance(restart_failed_env_runners=True)
     )
     algo = config.build_algo()
@@ -253,3 +255,44 @@ def test_a_logical_gpu_without_cuda_falls_back_to_the_cpu_and_says_so():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "devices ['cpu']" in out.stdout and "steps 128" in out.stdout
     assert "Ray assigned a GPU to env runner 1, but torch sees no CUDA device: using the CPU" in out.stderr
+
+
+class EpisodeRecorder(gym.vector.VectorWrapper):
+    """Keeps the return of every episode the wrapped vector env ends, in the order they end."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.returns = []
+
+    def step(self, actions):
+        out = self.env.step(actions)
+        info = out[4]
+        if "episode" in info:
+            self.returns += info["episode"]["r"][info["_episode"]].tolist()
+        return out
+
+
+def test_device_runner_reports_the_mean_of_its_last_episodes():
+    """``episode_return_mean`` is over the last ``metrics_num_episodes_for_smoothing`` episodes,
+    also in iterations where none ended (RLlib 2.60's own runner clears its window every
+    iteration, so one lucky iteration passes a stop criterion)."""
+    window = 5
+    config = (
+        cartpole_config(device="cpu", seed=0)
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(rollout_length=2)
+        .reporting(metrics_num_episodes_for_smoothing=window)
+    )
+    runner = DeviceEnvRunner(config=config)
+    runner.env = recorder = EpisodeRecorder(runner.env)
+    quiet_iterations = 0
+    for _ in range(40):
+        before = len(recorder.returns)
+        runner.sample()
+        metrics = runner.get_metrics()
+        if not recorder.returns:
+            continue
+        quiet_iterations += len(recorder.returns) == before
+        assert metrics["episode_return_mean"].peek() == pytest.approx(statistics.fmean(recorder.returns[-window:]))
+        assert metrics["num_episodes"].peek() == len(recorder.returns) - before
+    assert len(recorder.returns) > 3 * window and quiet_iterations > 0

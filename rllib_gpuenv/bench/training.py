@@ -10,7 +10,8 @@
 
 Every run happens in a fresh process, one after the other on the same machine, and records
 (seconds, env steps, mean return) after each iteration. The return criterion is the same for
-all: the mean return of the last 100 episodes (RLlib's ``episode_return_mean`` window and SB3's
+all: the mean return of the last 100 episodes (the device env runner's ``episode_return_mean``;
+for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
 ``ep_info_buffer``). Time to target counts training only; building the algorithm is reported
 apart.
 """
@@ -52,6 +53,7 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
     import ray
 
     from rllib_gpuenv.experiments import apply_config, load_experiments
+    from rllib_gpuenv.rllib import DeviceEnvRunner
 
     (experiment,) = load_experiments(os.path.join(CONFIG_DIR, CONFIG_FILES[contender]))
     config = experiment.config.debugging(seed=seed)
@@ -60,6 +62,9 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
     start = time.perf_counter()
     algo = config.build_algo()
     build_s = time.perf_counter() - start
+    # The device env runner reports the mean of its last 100 episodes itself; RLlib's stock
+    # runner reports the mean of the iteration's episodes, from which the window is rebuilt.
+    windowed = isinstance(algo.env_runner, DeviceEnvRunner) and config.metrics_num_episodes_for_smoothing == LAST_EPISODES
     curve, recent, start = [], collections.deque(), time.perf_counter()
     try:
         while True:
@@ -68,7 +73,8 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
             runners = result["env_runners"]
             if runners.get("num_episodes", 0):
                 recent.appendleft((float(runners["episode_return_mean"]), int(runners["num_episodes"])))
-            curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), _last_episodes_mean(recent)))
+            mean = float(runners.get("episode_return_mean", math.nan)) if windowed else _last_episodes_mean(recent)
+            curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), mean))
             if curve[-1][2] >= target or elapsed >= budget_s:
                 break
         sampling = _rllib_sampling_rate(algo)
@@ -81,9 +87,10 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
 def _last_episodes_mean(recent, n: int = LAST_EPISODES) -> float:
     """The mean return of the last ``n`` episodes, from (mean, count) per iteration, newest first.
 
-    RLlib's ``episode_return_mean`` is the mean of the episodes that ended in *this* iteration
-    (its metrics clear on every reduce), not of the last 100: an iteration where two lucky
-    episodes end would pass 475. This is the window SB3's ``ep_info_buffer`` keeps.
+    RLlib's stock runner reports as ``episode_return_mean`` the mean of the episodes that ended
+    in *this* iteration (its metrics clear on every reduce), not of the last 100: an iteration
+    where two lucky episodes end would pass 475. This is the window SB3's ``ep_info_buffer``
+    keeps.
     """
     total, count = 0.0, 0
     for mean, k in recent:

@@ -13,8 +13,10 @@ Plug it in with ``config.env_runners(env_runner_cls=DeviceEnvRunner)``;
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
+import math
 
 import gymnasium as gym
 import torch
@@ -99,6 +101,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self.env = env
         self.num_envs = env.num_envs
         self._obs = None
+        self._recent_episodes: collections.deque = collections.deque(maxlen=1)  # (return, length), newest last
         role = "evaluation env runner" if config.in_evaluation else "env runner"
         logger.info("%s %d: %d envs of %s on %s", role, self.worker_index or 0, self.num_envs, config.env, self._device)
 
@@ -219,14 +222,24 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, window: int | None = None) -> None:
         """RLlib's standard counters and episode metrics, from the on-device episode stats.
 
-        One small host transfer per rollout: the most recent episodes' returns and lengths
-        (as many as RLlib's smoothing window keeps).
+        ``episode_return_mean`` is the mean of this runner's last
+        ``metrics_num_episodes_for_smoothing / num_env_runners`` episodes, as RLlib documents
+        that setting (RLlib 2.60's own runner clears its window on every reduce, so there it is
+        the mean of the episodes that ended in the iteration, and one lucky iteration passes a
+        stop criterion). The runner keeps the window on the host and logs all of it after every
+        rollout. One small host transfer per rollout: the returns and lengths of the episodes
+        that ended in it. With ``window`` (evaluation) it logs just the given episodes.
         """
+        self._increase_sampled_metrics(num_steps, len(returns))
         if window is None:
-            window = max(1, self.config.metrics_num_episodes_for_smoothing // max(1, self.config.num_env_runners))
-        num_episodes = len(returns)
-        self._increase_sampled_metrics(num_steps, num_episodes)
-        for ret, length in zip(returns[-window:].tolist(), lengths[-window:].tolist()):
+            window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / max(1, self.config.num_env_runners)))
+            if self._recent_episodes.maxlen != window:
+                self._recent_episodes = collections.deque(self._recent_episodes, maxlen=window)
+            self._recent_episodes.extend(zip(returns[-window:].tolist(), lengths[-window:].tolist()))
+            episodes = self._recent_episodes
+        else:
+            episodes = list(zip(returns[-window:].tolist(), lengths[-window:].tolist()))
+        for ret, length in episodes:
             self._log_episode_metrics(length, ret, 0.0)  # per-episode wall time is not tracked
 
     def get_metrics(self):
