@@ -26,7 +26,8 @@ args = parser.parse_args()
 ray.init(include_dashboard=False)
 experiment = inline_experiment(
     "DevicePPO", "GPUCartPole-v1",
-    config={"seed": 0, "device_rollouts": {"rollout_length": 32}, "lr": 5e-4, "num_epochs": 8, "minibatch_size": 512},
+    config={"seed": 0, "device_rollouts": {"rollout_length": 32}, "lr": 5e-4, "num_epochs": 8, "minibatch_size": 512,
+            "vf_clip_param": float("inf"), "use_kl_loss": False},  # why: configs/gpu_cartpole_ppo.yaml
     stop={"env_runners/episode_return_mean": args.target}, name="tune-resources-example",
 )  # fmt: skip
 space = ResourceSpace(num_envs_per_env_runner=[64, 256], num_env_runners=[0, 1], num_gpus_per_env_runner=[0, 0.5],
