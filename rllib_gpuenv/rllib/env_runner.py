@@ -101,7 +101,9 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self.env = env
         self.num_envs = env.num_envs
         self._obs = None
-        self._recent_episodes: collections.deque = collections.deque(maxlen=1)  # (return, length), newest last
+        # (return, length) of this runner's share of the last metrics_num_episodes_for_smoothing episodes
+        window = math.ceil(config.metrics_num_episodes_for_smoothing / max(1, config.num_env_runners))
+        self._recent_episodes: collections.deque = collections.deque(maxlen=max(1, window))
         role = "evaluation env runner" if config.in_evaluation else "env runner"
         logger.info("%s %d: %d envs of %s on %s", role, self.worker_index or 0, self.num_envs, config.env, self._device)
 
@@ -216,10 +218,10 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         lengths = torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.int32)
         if num_episodes is not None:
             returns, lengths = returns[:num_episodes], lengths[:num_episodes]
-        self._log_metrics(steps, returns, lengths, window=len(returns))
+        self._log_metrics(steps, returns, lengths, windowed=False)
         return [PlayedSteps(steps)]
 
-    def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, window: int | None = None) -> None:
+    def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, windowed: bool = True) -> None:
         """RLlib's standard counters and episode metrics, from the on-device episode stats.
 
         ``episode_return_mean`` is the mean of this runner's last
@@ -228,17 +230,15 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         the mean of the episodes that ended in the iteration, and one lucky iteration passes a
         stop criterion). The runner keeps the window on the host and logs all of it after every
         rollout. One small host transfer per rollout: the returns and lengths of the episodes
-        that ended in it. With ``window`` (evaluation) it logs just the given episodes.
+        that ended in it. Not ``windowed`` (evaluation), it logs just the given episodes.
         """
         self._increase_sampled_metrics(num_steps, len(returns))
-        if window is None:
-            window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / max(1, self.config.num_env_runners)))
-            if self._recent_episodes.maxlen != window:
-                self._recent_episodes = collections.deque(self._recent_episodes, maxlen=window)
+        if windowed:
+            window = self._recent_episodes.maxlen
             self._recent_episodes.extend(zip(returns[-window:].tolist(), lengths[-window:].tolist()))
             episodes = self._recent_episodes
         else:
-            episodes = list(zip(returns[-window:].tolist(), lengths[-window:].tolist()))
+            episodes = list(zip(returns.tolist(), lengths.tolist()))
         for ret, length in episodes:
             self._log_episode_metrics(length, ret, 0.0)  # per-episode wall time is not tracked
 
