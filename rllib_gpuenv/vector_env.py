@@ -16,6 +16,12 @@ with reward 0 and both flags False. ``terminated`` (the pole fell, no bootstrapp
 counter-based hash (``rng.py``) rather than a device RNG: the same seed and the same actions give
 the same trajectories on every backend and device.
 
+## Layout
+The state is kept structure-of-arrays, ``(4, num_envs)``, which vectorises on a CPU and
+coalesces on a GPU. Observations are returned as ``(num_envs, 4)`` transposed views of it
+(column-major, as gymnasium's own ``CartPoleVectorEnv`` returns them); ``env.state`` is a
+row-major ``(num_envs, 4)`` copy.
+
 ## Episode statistics
 Returns and lengths are accumulated on the device. On the step an episode ends, ``infos``
 carries them in gymnasium's ``RecordEpisodeStatistics`` layout:
@@ -176,16 +182,13 @@ class CartPoleVectorEnv(VectorEnv):
         b.steps.zero_()
         b.prev_done.zero_()
         b.ep_return.zero_()
-        b.ep_length.zero_()
-        return self._to_output(b.state.to(torch.float32, copy=True)), {}
+        return self._to_output(b.state.to(torch.float32, copy=True).T), {}
 
     def step(self, actions):
         """Step every env with one action each (0 = push left, 1 = push right)."""
         if self._params is None:
             raise RuntimeError("call reset() before step()")
-        out = self._backend.step(self._buffers, self._action_tensor(actions), self._params)
-        if self._backend.reuses_outputs and not self.reuse_outputs:
-            out = out.clone()
+        out = self._backend.step(self._buffers, self._action_tensor(actions), self._params, fresh=not self.reuse_outputs)
         return self._format(out)
 
     def render(self):
@@ -198,7 +201,7 @@ class CartPoleVectorEnv(VectorEnv):
 
             self._renderer = CartPoleEnv(render_mode="rgb_array")
         # Only this env's 4 numbers travel to the host.
-        self._renderer.state = self._buffers.state[self.render_env_index].double().cpu().numpy()
+        self._renderer.state = self._buffers.state[:, self.render_env_index].double().cpu().numpy()
         return self._renderer.render()
 
     def close_extras(self, **kwargs):
@@ -210,14 +213,14 @@ class CartPoleVectorEnv(VectorEnv):
     @property
     def state(self) -> torch.Tensor:
         """The physical state, shape ``(num_envs, 4)``: x, x_dot, theta, theta_dot (a copy)."""
-        return self._buffers.state.clone()
+        return self._buffers.state.T.contiguous()
 
     @state.setter
     def state(self, value) -> None:
         value = torch.as_tensor(value, dtype=self.dtype).to(self.device)
         if value.shape != (self.num_envs, 4):
             raise ValueError(f"state must have shape ({self.num_envs}, 4), got {tuple(value.shape)}")
-        self._buffers.state.copy_(value)
+        self._buffers.state.copy_(value.T)
         self._buffers.prev_done.zero_()
 
     # ------------------------------------------------------------------ helpers
@@ -262,7 +265,7 @@ class CartPoleVectorEnv(VectorEnv):
         if self.output == "torch" or out.final_mask.any():
             ended = out.final_mask
             infos = {"episode": {"r": out.final_return, "l": out.final_length, "_r": ended, "_l": ended}, "_episode": ended}
-        return out.obs, out.reward, out.terminated, out.truncated, infos
+        return out.obs.T, out.reward, out.terminated, out.truncated, infos
 
     def _to_output(self, tensor: torch.Tensor):
         return tensor.cpu().numpy() if self.output == "numpy" else tensor

@@ -12,16 +12,17 @@ import torch
 class EnvBuffers:
     """All per-environment state of a CartPole vector env, as tensors on its device.
 
-    ``state`` is the physics; the rest is bookkeeping for autoreset, time limits, seeding and
+    ``state`` is the physics, structure-of-arrays: one row per component, so that consecutive
+    envs are consecutive in memory (vector lanes on a CPU, coalesced loads on a GPU); the env
+    shows it as ``(N, 4)``. The rest is bookkeeping for autoreset, time limits, seeding and
     episode statistics. Backends update these in place.
     """
 
-    state: torch.Tensor  # (N, 4) float32 or float64
-    steps: torch.Tensor  # (N,) int32, steps taken in the current episode
+    state: torch.Tensor  # (4, N) float32 or float64: x, x_dot, theta, theta_dot
+    steps: torch.Tensor  # (N,) int32, steps taken in the current episode (its length so far)
     prev_done: torch.Tensor  # (N,) bool, episode ended on the previous step -> reset now
     episode: torch.Tensor  # (N,) int64, episode counter, the RNG counter for initial states
     ep_return: torch.Tensor  # (N,) float32, return so far in the current episode
-    ep_length: torch.Tensor  # (N,) int32
 
     @classmethod
     def allocate(cls, num_envs: int, dtype: torch.dtype, device: torch.device) -> "EnvBuffers":
@@ -29,12 +30,11 @@ class EnvBuffers:
             return torch.zeros(shape, dtype=dt, device=device)
 
         return cls(
-            state=zeros(num_envs, 4, dt=dtype),
+            state=zeros(4, num_envs, dt=dtype),
             steps=zeros(num_envs, dt=torch.int32),
             prev_done=zeros(num_envs, dt=torch.bool),
             episode=zeros(num_envs, dt=torch.int64),
             ep_return=zeros(num_envs, dt=torch.float32),
-            ep_length=zeros(num_envs, dt=torch.int32),
         )
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
@@ -44,7 +44,7 @@ class EnvBuffers:
 class StepOutputs(NamedTuple):
     """One step's results; ``final_*`` hold the return/length of episodes that ended now."""
 
-    obs: torch.Tensor  # (N, 4) float32
+    obs: torch.Tensor  # (4, N) float32, like ``EnvBuffers.state``; the env returns ``obs.T``
     reward: torch.Tensor  # (N,) float32
     terminated: torch.Tensor  # (N,) bool
     truncated: torch.Tensor  # (N,) bool
@@ -58,7 +58,7 @@ class StepOutputs(NamedTuple):
             return torch.empty(shape, dtype=dt, device=device)
 
         return cls(
-            obs=empty(num_envs, 4, dt=torch.float32),
+            obs=empty(4, num_envs, dt=torch.float32),
             reward=empty(num_envs, dt=torch.float32),
             terminated=empty(num_envs, dt=torch.bool),
             truncated=empty(num_envs, dt=torch.bool),
@@ -89,15 +89,15 @@ class Backend:
     """How the physics runs. Subclasses implement ``step``; ``reset`` is shared."""
 
     name: str = ""
-    #: True if ``step`` writes into persistent output buffers (the env then clones them).
-    reuses_outputs: bool = False
 
     def __init__(self, num_envs: int, device: torch.device, dtype: torch.dtype):
         self.num_envs = num_envs
         self.device = device
         self.dtype = dtype
 
-    def step(self, buffers: EnvBuffers, actions: torch.Tensor, params: StepParams) -> StepOutputs:
+    def step(self, buffers: EnvBuffers, actions: torch.Tensor, params: StepParams, fresh: bool) -> StepOutputs:
+        """Advance every env. ``fresh``: the caller keeps the outputs, so they must not be
+        overwritten by a later step; otherwise a backend may reuse one set of output buffers."""
         raise NotImplementedError
 
     def reset(self, buffers: EnvBuffers, params: StepParams) -> None:

@@ -1,7 +1,7 @@
 """Keep numba's on-disk kernel cache honest.
 
 numba invalidates a cached kernel only when the file that defines it changes, not when a
-function it inlines from another module does (here: the physics, the RNG and ``step_env``).
+function it inlines from another module does (here: the physics, the RNG and ``numba_kernel``).
 Compiling the parallel CPU kernel takes ~20 s, so caching is worth keeping: this drops the
 cached files whenever any of those sources changes.
 """

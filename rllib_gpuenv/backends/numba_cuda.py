@@ -1,4 +1,4 @@
-"""The numba CUDA backend: one GPU thread per environment running ``step_env``.
+"""The numba CUDA backend: one GPU thread per environment running ``numba_kernel``'s step.
 
 The kernel works on the env's torch CUDA tensors in place, through
 ``__cuda_array_interface__`` (no copies), and is launched on torch's current stream without
@@ -21,7 +21,7 @@ from numba import config as numba_config
 from numba import cuda
 
 from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
-from rllib_gpuenv.backends.numba_kernel import step_env
+from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode
 
 logger = logging.getLogger(__name__)
 
@@ -30,14 +30,16 @@ DEFAULT_THREADS_PER_BLOCK = 256
 
 
 @cuda.jit
-def step_kernel(actions, state, steps, prev_done, episode, ep_return, ep_length, obs, reward,
+def step_kernel(actions, state, steps, prev_done, episode, ep_return, obs, reward,
                 terminated, truncated, final_return, final_length, final_mask,
                 seed32, low, high, max_steps, substeps, sutton_barto, dt, exact_math):  # fmt: skip
     i = cuda.grid(1)
-    if i < state.shape[0]:
-        step_env(i, actions, state, steps, prev_done, episode, ep_return, ep_length, obs,
-                 reward, terminated, truncated, final_return, final_length, final_mask,
-                 seed32, low, high, max_steps, substeps, sutton_barto, dt, exact_math)  # fmt: skip
+    if i < state.shape[1]:
+        if prev_done[i]:
+            begin_episode(i, state, episode, seed32, low, high)
+        advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated,
+                    truncated, final_return, final_length, final_mask,
+                    max_steps, substeps, sutton_barto, dt, exact_math)  # fmt: skip
 
 
 def cuda_available() -> bool:
@@ -57,7 +59,6 @@ def _as_kernel_array(tensor: torch.Tensor):
 
 class NumbaCUDABackend(Backend):
     name = "numba-cuda"
-    reuses_outputs = True
 
     def __init__(
         self,
@@ -88,7 +89,7 @@ class NumbaCUDABackend(Backend):
         self._buffers_id = None
         self._buf_arrays: tuple = ()
 
-    def step(self, buffers: EnvBuffers, actions: torch.Tensor, params: StepParams) -> StepOutputs:
+    def step(self, buffers: EnvBuffers, actions: torch.Tensor, params: StepParams, fresh: bool) -> StepOutputs:
         if self._buffers_id != id(buffers):  # numba views are slow to make: once, not per step
             self._buf_arrays = tuple(_as_kernel_array(t) for t in buffers.tensors())
             self._buffers_id = id(buffers)
@@ -100,7 +101,8 @@ class NumbaCUDABackend(Backend):
         launch(_as_kernel_array(actions), *self._buf_arrays, *self._out_arrays,
                params.seed32, params.low, params.high, params.max_steps, params.substeps,
                params.sutton_barto, params.dt, params.exact_math)  # fmt: skip
-        return self._outputs
+        # Numba views of new tensors are slow to make, so fresh outputs are copies (on the GPU).
+        return self._outputs.clone() if fresh else self._outputs
 
 
 @dataclass
