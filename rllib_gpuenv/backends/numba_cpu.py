@@ -80,7 +80,6 @@ class NumbaCPUBackend(Backend):
                 "use device='cpu', or backend='numba-cuda' or 'torch' for a GPU"
             )
         super().__init__(num_envs, device, dtype)
-        self._exact_math = int(dtype == torch.float64)
         self._outputs = StepOutputs.allocate(num_envs, device)
         self._out_arrays = tuple(_kernel_array(t) for t in self._outputs)
         self._buffers_id = None
@@ -97,7 +96,7 @@ class NumbaCPUBackend(Backend):
         if fresh:  # write straight into new tensors rather than copy persistent ones
             outputs = StepOutputs.allocate(self.num_envs, self.device)
             out_arrays = tuple(_kernel_array(t) for t in outputs)
-        kernel = KERNELS[self._exact_math, params.substeps == 1]
+        kernel = KERNELS[params.exact_math, params.substeps == 1]
         kernel(actions.numpy(), *self._buf_arrays, *out_arrays, params.seed32, params.low, params.high,
                params.max_steps, params.substeps, params.sutton_barto, params.dt)  # fmt: skip
         return outputs

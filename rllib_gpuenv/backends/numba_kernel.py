@@ -11,7 +11,7 @@ Two pieces, around the shared physics (``physics.py``) and initial-state hash (`
 kernel runs ``begin_episode`` only where an episode ended, then ``advance_env`` over all envs in
 a loop that LLVM vectorises; that is why ``advance`` is branch-free and why its flags are 0/1
 integers (numba's alias analysis counts bool values as possible aliases, and then does not mark
-the loop's arrays as non-overlapping, which LLVM needs to vectorise a loop over 13 arrays).
+the loop's arrays as non-overlapping, which LLVM needs to vectorise a loop over 12 arrays).
 
 Arrays are structure-of-arrays: ``state`` and ``obs`` are ``(4, N)``, one row per component, so
 that consecutive envs are consecutive in memory (vector lanes on a CPU, coalesced loads on a GPU).
