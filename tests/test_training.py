@@ -5,10 +5,11 @@ import statistics
 import gymnasium as gym
 import pytest
 import ray
+import torch
 from ray.rllib.algorithms.ppo import PPOConfig
 
 import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
-from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig
+from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig, DevicePPOTorchLearner
 from rllib_gpuenv.train import cartpole_config
 
 
@@ -51,6 +52,34 @@ def test_device_path_solves_cartpole_on_cpu():
         runner = algo.env_runner
         assert str(runner.env.device) == "cpu" and next(runner.module.parameters()).device.type == "cpu"
         assert result["env_runners"]["num_env_steps_sampled_lifetime"] == iteration * algo.config.device_batch_size
+    finally:
+        algo.stop()
+
+
+def test_device_learner_steps_as_rllibs_adam_and_keeps_its_nan_handling():
+    """DevicePPOTorchLearner's fused Adam and single finite check give the step RLlib's
+    ``TorchLearner`` would: plain Adam on finite gradients, NaN/inf zeroed (``nan_to_num``)
+    before the step otherwise."""
+    algo = cartpole_config(device="cpu", seed=0).build_algo()
+    try:
+        learner = algo.learner_group._learner
+        assert isinstance(learner, DevicePPOTorchLearner)
+        params = learner._params
+        reference = {pid: p.detach().clone().requires_grad_() for pid, p in params.items()}
+        reference_adam = torch.optim.Adam(list(reference.values()), lr=algo.config.lr, foreach=False)
+        generator = torch.Generator().manual_seed(0)
+        for step in range(3):
+            grads = {pid: torch.randn(p.shape, generator=generator) for pid, p in params.items()}
+            if step == 2:
+                first = next(iter(grads))
+                grads[first].view(-1)[:2] = torch.tensor([float("nan"), float("inf")])
+            for pid, grad in grads.items():
+                reference[pid].grad = torch.nan_to_num(grad)
+            reference_adam.step()
+            learner.apply_gradients(grads)
+            for pid, p in params.items():
+                assert torch.isfinite(p).all()
+                torch.testing.assert_close(p.detach(), reference[pid].detach(), rtol=1e-5, atol=1e-6)
     finally:
         algo.stop()
 
@@ -293,6 +322,9 @@ def test_device_runner_reports_the_mean_of_its_last_episodes():
         if not recorder.returns:
             continue
         quiet_iterations += len(recorder.returns) == before
-        assert metrics["episode_return_mean"].peek() == pytest.approx(statistics.fmean(recorder.returns[-window:]))
+        last = recorder.returns[-window:]
+        assert metrics["episode_return_mean"].peek() == pytest.approx(statistics.fmean(last))
+        assert metrics["episode_len_mean"].peek() == pytest.approx(statistics.fmean(last))  # CartPole: 1 per step
+        assert (metrics["episode_return_min"].peek(), metrics["episode_return_max"].peek()) == (min(last), max(last))
         assert metrics["num_episodes"].peek() == len(recorder.returns) - before
     assert len(recorder.returns) > 3 * window and quiet_iterations > 0

@@ -4,7 +4,8 @@ The only change to RLlib's PPO is where the training data comes from: the env ru
 ready batches (advantages already computed on their device, see ``DeviceEnvRunner``) and the
 training step hands them to the LearnerGroup as a ``batch``, bypassing the episode-based
 learner connectors. When runner and learner share a device nothing is copied; remote runners'
-batches travel through Ray as usual. The loss is RLlib's own PPO loss.
+batches travel through Ray as usual. The loss is RLlib's own PPO loss; the learner
+(``DevicePPOTorchLearner``) only makes the optimizer step cheaper.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class DevicePPOConfig(PPOConfig):
         self._derived_train_batch_size = None  # what validate() derived (re-derived when the shape changes)
         self.minibatch_size = 512
         self.num_epochs = 10
+
+    def get_default_learner_class(self):
+        from rllib_gpuenv.rllib.learner import DevicePPOTorchLearner
+
+        return DevicePPOTorchLearner
 
     def device_rollouts(self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided) -> "DevicePPOConfig":
         """Where env runners work (``"auto"``, ``"cpu"``, ``"cuda:N"``), steps per env per
