@@ -7,8 +7,8 @@ What it shows: the Python API of the device path: ``DevicePPOConfig`` (RLlib's P
 How to run it: ``.venv/bin/python examples/train_device_ppo.py [--device cpu|cuda] [--target 475]``
 
 What to expect: one line per iteration. On a 2-core CPU, ``episode_return_mean`` (the device env
-runner's mean over the last 100 episodes) passes 475 after about 110 iterations (10 s) with
-seed 0; other seeds take 10-30 s (benchmarks/RESULTS.md). On a GPU the env runner and the
+runner's mean over the last 100 episodes) passes 475 after about 100 iterations (8 s) with
+seed 0; other seeds take 8-15 s (benchmarks/RESULTS.md). On a GPU the env runner and the
 learner say ``cuda:0``.
 """
 
@@ -29,10 +29,10 @@ ray.init(include_dashboard=False)
 config = (
     DevicePPOConfig()
     .environment("GPUCartPole-v1")
-    .env_runners(num_env_runners=0, num_envs_per_env_runner=64)  # one runner, in this process
+    .env_runners(num_env_runners=0, num_envs_per_env_runner=128)  # one runner, in this process
     .devices(learner=args.device, env_runners=args.device)
-    .device_rollouts(rollout_length=16)  # 64 envs x 16 steps = 1024 env steps per iteration
-    .training(lr=1e-3, gamma=0.99, lambda_=0.95, num_epochs=4, minibatch_size=256, vf_loss_coeff=0.5,
+    .device_rollouts(rollout_length=16)  # 128 envs x 16 steps = 2048 env steps per iteration
+    .training(lr=2e-3, gamma=0.98, lambda_=0.8, num_epochs=4, minibatch_size=512, vf_loss_coeff=0.5,
               vf_clip_param=float("inf"), use_kl_loss=False)  # why: configs/gpu_cartpole_ppo.yaml
     .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
     .debugging(seed=0)
