@@ -246,18 +246,18 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         if windowed:
             window = self._recent_episodes.maxlen
             self._recent_episodes.extend(zip(returns[-window:].tolist(), lengths[-window:].tolist()))
-            episodes = list(self._recent_episodes)
+            returns, lengths = zip(*self._recent_episodes) if self._recent_episodes else ((), ())
         else:
-            episodes = list(zip(returns.tolist(), lengths.tolist()))
-        if episodes:
-            self._log_episode_summary([r for r, _ in episodes], [n for _, n in episodes])
+            returns, lengths = returns.tolist(), lengths.tolist()
+        if returns:
+            self._log_episode_summary(returns, lengths)
 
-    def _log_episode_summary(self, returns: list[float], lengths: list[int]) -> None:
+    def _log_episode_summary(self, returns, lengths) -> None:
         """The keys RLlib's runner logs per episode (``_log_episode_metrics``), logged once
         for the whole window: its mean, min and max. RLlib reduces each runner's values to
         one mean (min, max) anyway, so the results are the same, at 9 calls instead of 9
         per episode."""
-        win = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+        win = self._recent_episodes.maxlen  # RLlib's: metrics_num_episodes_for_smoothing / runners
         mean_return = sum(returns) / len(returns)
         for key, value in (
             (EPISODE_LEN_MEAN, sum(lengths) / len(lengths)),
