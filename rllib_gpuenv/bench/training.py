@@ -46,6 +46,10 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pat
 # RL-Zoo's hyperparameters for PPO on CartPole-v1 (rl-baselines3-zoo, hyperparams/ppo.yml).
 RL_ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0)  # fmt: skip
 RL_ZOO_ENVS, RL_ZOO_LR, RL_ZOO_CLIP = 8, 1e-3, 0.2
+# RL-Zoo trains 100k steps, and its linear lr and clip schedules run to zero over exactly those
+# steps (SB3's schedules see progress as a fraction of ``total_timesteps``). A larger total would
+# keep the lr near 1e-3 throughout and make SB3 slower than RL-Zoo's tuning intends.
+RL_ZOO_TIMESTEPS = 100_000
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
 
 
@@ -147,7 +151,7 @@ def _sb3_curve(seed: int, target: float, budget_s: float) -> dict:
     model = PPO("MlpPolicy", env, learning_rate=linear(RL_ZOO_LR), clip_range=linear(RL_ZOO_CLIP), seed=seed, device="cpu", **RL_ZOO_CARTPOLE)  # fmt: skip
     build_s = time.perf_counter() - start
     callback = Curve()
-    model.learn(total_timesteps=10_000_000, callback=callback)
+    model.learn(total_timesteps=RL_ZOO_TIMESTEPS, callback=callback)
     obs, steps, start = env.reset(), 0, time.perf_counter()
     while steps < 5000:  # sampling alone: policy inference + env steps, as collect_rollouts does
         obs, *_ = env.step(model.predict(obs)[0])
