@@ -47,6 +47,39 @@ def test_float32_tracks_float64():
     np.testing.assert_allclose(s32.double(), s64, atol=1e-4)
 
 
+def test_float32_backends_agree():
+    """Float32 envs compute in float32 on both backends: same initial states, same flags."""
+    a, b = rollout("torch", "float32"), rollout("numba-cpu", "float32")
+    torch.testing.assert_close(a[0], b[0], rtol=0, atol=1e-5)
+    for x, y in zip(a[1:], b[1:]):
+        assert torch.equal(x, y)
+    restarted = a[1][:-1].any(1)  # done at step t: step t + 1 starts a new episode (state t + 2)
+    assert restarted.any() and torch.equal(a[0][2:][restarted], b[0][2:][restarted])
+    assert torch.equal(a[0][0], b[0][0])
+
+
+def test_single_precision_kernels_compute_in_float32():
+    """numba types Python floats as float64; ``single_precision`` keeps float32 physics float32."""
+    import numba
+
+    from rllib_gpuenv._jit import single_precision
+    from rllib_gpuenv.physics import euler_step, sin_cos
+
+    def step(theta, dt):
+        s, c = sin_cos(theta, 0)
+        return euler_step(theta, theta, theta, theta, 10.0, c, s, dt)
+
+    def result_types(fn):
+        compiled = numba.njit(fn)
+        values = compiled(np.float32(0.1), np.float32(0.02))
+        return {str(t) for t in compiled.nopython_signatures[0].return_type}, values
+
+    assert "float64" in result_types(step)[0]  # what numba does by itself
+    types, values = result_types(single_precision(step))
+    assert types == {"float32"}
+    np.testing.assert_allclose(values, step(0.1, 0.02), rtol=1e-6)
+
+
 def test_kernel_sin_cos_matches_libm():
     """Float32 envs' branch-free sin/cos: within 2e-9 (float32 keeps 7 digits), all quadrants."""
     import math

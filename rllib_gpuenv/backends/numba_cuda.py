@@ -20,8 +20,9 @@ import torch
 from numba import config as numba_config
 from numba import cuda
 
+from rllib_gpuenv._jit import single_precision
 from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
-from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode
+from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode, kernel_dt
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +30,7 @@ SIMULATED = bool(numba_config.ENABLE_CUDASIM)
 DEFAULT_THREADS_PER_BLOCK = 256
 
 
-@cuda.jit
-def step_kernel(actions, state, steps, prev_done, episode, ep_return, obs, reward,
+def step_one_env(actions, state, steps, prev_done, episode, ep_return, obs, reward,
                 terminated, truncated, final_return, final_length, final_mask,
                 seed32, low, high, max_steps, substeps, sutton_barto, dt, exact_math):  # fmt: skip
     i = cuda.grid(1)
@@ -40,6 +40,10 @@ def step_kernel(actions, state, steps, prev_done, episode, ep_return, obs, rewar
         advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated,
                     truncated, final_return, final_length, final_mask,
                     max_steps, substeps, sutton_barto, dt, exact_math)  # fmt: skip
+
+
+# One kernel per precision: float32 envs compute in float32 (full-rate arithmetic on every GPU).
+STEP_KERNELS = {0: cuda.jit(single_precision(step_one_env)), 1: cuda.jit(step_one_env)}
 
 
 def cuda_available() -> bool:
@@ -94,13 +98,14 @@ class NumbaCUDABackend(Backend):
             self._buf_arrays = tuple(_as_kernel_array(t) for t in buffers.tensors())
             self._buffers_id = id(buffers)
         blocks = (self.num_envs + self.threads_per_block - 1) // self.threads_per_block
-        launch = step_kernel[blocks, self.threads_per_block]
+        kernel = STEP_KERNELS[params.exact_math]
+        launch = kernel[blocks, self.threads_per_block]
         if not SIMULATED:
             stream = cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
-            launch = step_kernel[blocks, self.threads_per_block, stream]
+            launch = kernel[blocks, self.threads_per_block, stream]
         launch(_as_kernel_array(actions), *self._buf_arrays, *self._out_arrays,
                params.seed32, params.low, params.high, params.max_steps, params.substeps,
-               params.sutton_barto, params.dt, params.exact_math)  # fmt: skip
+               params.sutton_barto, kernel_dt(params), params.exact_math)  # fmt: skip
         # Numba views of new tensors are slow to make, so fresh outputs are copies (on the GPU).
         return self._outputs.clone() if fresh else self._outputs
 

@@ -13,13 +13,19 @@ a loop that LLVM vectorises; that is why ``advance`` is branch-free and why its 
 integers (numba's alias analysis counts bool values as possible aliases, and then does not mark
 the loop's arrays as non-overlapping, which LLVM needs to vectorise a loop over 12 arrays).
 
+Float32 envs run ``single_precision`` copies of these functions (float32 constants), and get
+their time step as a float32 (``kernel_dt``), so that their arithmetic stays float32.
+
 Arrays are structure-of-arrays: ``state`` and ``obs`` are ``(4, N)``, one row per component, so
 that consecutive envs are consecutive in memory (vector lanes on a CPU, coalesced loads on a GPU).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from rllib_gpuenv._jit import jitable
+from rllib_gpuenv.backends.base import StepParams
 from rllib_gpuenv.physics import euler_step, is_terminated, push_force, sin_cos, step_reward
 from rllib_gpuenv.rng import bits_to_uniform, reset_bits
 
@@ -80,3 +86,8 @@ def advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, ter
     final_mask[i] = done
     final_return[i] = ret if done else 0.0
     final_length[i] = n if done else 0
+
+
+def kernel_dt(params: StepParams):
+    """The time step as the kernels take it: float32 for float32 envs (see the module doc)."""
+    return params.dt if params.exact_math else np.float32(params.dt)
