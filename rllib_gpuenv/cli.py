@@ -29,7 +29,7 @@ def _bench_scaling(args) -> None:
     from rllib_gpuenv.bench import throughput
 
     sizes = _sizes(args.num_envs or _default_sizes("1..65536", "1..4194304"))
-    throughput.run(sizes, min_seconds=args.min_seconds, only=args.only, out_dir=args.out, plot=args.plot)
+    throughput.run(sizes, min_seconds=args.min_seconds, only=args.only, out_dir=args.out, plot=args.plot, rounds=args.rounds)
 
 
 def _bench_block_size(args) -> None:
@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = benchmark("scaling", "env-steps/s and time per step vs num_envs: every backend vs gymnasium and plain torch", _bench_scaling, ["throughput"])
     sc.add_argument("--num-envs", help="sizes: '1,256,65536' or '1..65536' (powers of 4); default 1..65536 on CPU, ..4194304 on GPU")
-    sc.add_argument("--min-seconds", type=float, default=0.5, help="time each point at least this long")
+    sc.add_argument("--min-seconds", type=float, default=0.5, help="time each point at least this long (over all rounds)")
+    sc.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per size; each point is the median")
     sc.add_argument("--only", nargs="*", help="only contenders whose name contains one of these")
     bs = benchmark("block-size", "numba-cuda threads per block at several num_envs (GPU)", _bench_block_size)
     bs.add_argument("--num-envs", help="sizes (default 4096,65536,1048576,4194304)")

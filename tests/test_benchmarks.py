@@ -27,10 +27,13 @@ def outputs(tmp_path, name):
 
 
 def test_scaling(tmp_path):
-    out = bench(tmp_path, "scaling", "--num-envs", "1,4,16", "--min-seconds", "0.01")
+    out = bench(tmp_path, "scaling", "--num-envs", "1,4,16", "--min-seconds", "0.01", "--rounds", "3")
     assert "turning points" in out.stdout and "gymnasium AsyncVectorEnv" in out.stdout and "ours: numba-cpu" in out.stdout
     result = outputs(tmp_path, "scaling")
     assert {r["contender"] for r in result["rows"]} >= {"gymnasium SyncVectorEnv", "gymnasium numpy", "plain torch (cpu)", "ours: torch (cpu)"}
+    for row in result["rows"]:  # each point is the median of its interleaved rounds
+        assert len(row["seconds_per_step_by_round"]) == 3
+        assert row["seconds_per_step"] == sorted(row["seconds_per_step_by_round"])[1]
 
 
 def test_workload(tmp_path):

@@ -8,12 +8,18 @@ alternatives: gymnasium's ``SyncVectorEnv`` (one CartPoleEnv per env, a Python l
 capped at a few times the core count), gymnasium's numpy ``CartPoleVectorEnv`` and a plain
 torch batched CartPole. The "turning point" of a contender is the size from which the time per
 step grows about linearly with num_envs: more envs stop being free.
+
+The machines this runs on are shared, and another tenant can slow one contender's whole
+measurement by a third. So at each size every contender is built first, then timed in
+``rounds`` interleaved turns, and its figure is the median of its turns: a slow spell then
+falls on all contenders alike rather than on one, and the ratios hold up between runs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -120,27 +126,36 @@ def run(
     out_dir: str = "bench_results",
     plot: bool = False,
     name: str = "scaling",
+    rounds: int = 5,
 ) -> list[dict]:
-    """Measure every contender at every size; print a table; write JSON/CSV (and a PNG)."""
+    """Measure every contender at every size; print a table; write JSON/CSV (and a PNG).
+
+    Each contender is timed for ``min_seconds`` at each size in all, split over ``rounds``
+    interleaved turns (see the module doc).
+    """
     with_gpu = torch.cuda.is_available()
     chosen = [c for c in contenders(with_gpu) if not only or any(o in c.name for o in only)]
     rows = []
     for n in num_envs:
-        for c in chosen:
-            if n > c.max_envs or (c.device == "cpu" and n > (1 << 20)):
-                continue
-            print(f"  {c.name:<38} num_envs={n:>9,} ...", end="", file=sys.stderr, flush=True)
-            step = c.make(n)
-            seconds = time_calls(step, min_seconds, min_calls, device=c.device)
-            rows.append({"contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds})
-            print(f" {n / seconds:,.0f} env-steps/s", file=sys.stderr)
-            getattr(step, "close", lambda: None)()
-            del step
+        here = [c for c in chosen if n <= c.max_envs and not (c.device == "cpu" and n > (1 << 20))]
+        print(f"  num_envs={n:>9,}: {len(here)} contenders, {rounds} interleaved rounds", file=sys.stderr, flush=True)
+        steps = {c.name: c.make(n) for c in here}
+        turns: dict[str, list[float]] = {c.name: [] for c in here}
+        for _ in range(rounds):
+            for c in here:
+                turns[c.name].append(time_calls(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), device=c.device))
+        for c in here:
+            seconds = statistics.median(turns[c.name])
+            rows.append({"contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds,
+                         "seconds_per_step_by_round": turns[c.name]})  # fmt: skip
+            print(f"    {c.name:<38} {n / seconds:,.0f} env-steps/s", file=sys.stderr)
+            getattr(steps[c.name], "close", lambda: None)()
+        del steps
     turning = turning_points(rows)
     print(summary(rows))
     print("\nturning points (time per step grows ~linearly from here on)\n"
           + format_table(["contender", "num_envs"], [[c, n] for c, n in turning.items()]))  # fmt: skip
-    meta = {"num_envs": num_envs, "min_seconds": min_seconds, "turning_points": turning}
+    meta = {"num_envs": num_envs, "min_seconds": min_seconds, "rounds": rounds, "turning_points": turning}
     report(rows, out_dir, name, meta, plot=(lambda: plot_scaling(rows, out_dir, name, turning)) if plot else None)
     return rows
 
