@@ -11,8 +11,8 @@ A step is two parallel loops over the envs (``prange`` splits them across cores)
    check every division for zero and leave the loop on error) and a kernel compiled for one
    sub-step (a loop over sub-steps inside the env loop would keep LLVM from vectorising it).
 
-Float32 envs get float32 arithmetic (``single_precision``: 8 envs per AVX2 instruction rather
-than 4) and fast-math (fused multiply-adds, reciprocal division, reassociation; results move by
+Float32 envs get float32 arithmetic (``single_precision``; still 4 envs per instruction, as
+the loop's integers are 64-bit and LLVM sizes the vector by its widest type) and fast-math (fused multiply-adds, reciprocal division, reassociation; results move by
 ulps); float64 envs get libm trigonometry and exact IEEE arithmetic, so that they match
 gymnasium's float64 physics within 1e-9 over whole episodes (their loop stays scalar).
 """
@@ -73,13 +73,16 @@ def _kernel_array(tensor: torch.Tensor) -> np.ndarray:
     return array.view(np.uint8) if array.dtype == np.bool_ else array
 
 
+_KERNEL_DTYPES = {torch.float32: np.float32, torch.int32: np.int32, torch.bool: np.uint8}
+
+
 def _new_outputs(like: StepOutputs) -> tuple[StepOutputs, tuple[np.ndarray, ...]]:
     """New output tensors shaped like ``like``, and their kernel views.
 
     numpy allocates them and torch shares the memory: 7 ``np.empty`` + ``torch.from_numpy``
     take ~8 µs, 7 ``torch.empty`` + ``.numpy()`` ~22 µs, in a step of ~300 µs at 65,536 envs.
     """
-    arrays = tuple(np.empty(t.shape, np.uint8 if t.dtype == torch.bool else t.numpy().dtype) for t in like)
+    arrays = tuple(np.empty(t.shape, _KERNEL_DTYPES[t.dtype]) for t in like)
     tensors = (torch.from_numpy(a.view(np.bool_) if t.dtype == torch.bool else a) for a, t in zip(arrays, like))
     return StepOutputs(*tensors), arrays
 
