@@ -124,6 +124,8 @@ def device_path(device: str | None, num_envs: int, rollout_length: int, iteratio
 
 
 def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
     from rllib_gpuenv.experiments import load_experiments
     from rllib_gpuenv.train import DEFAULT_CONFIG_FILE, cartpole_config
 
@@ -139,10 +141,13 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
         seconds, results, gpu = _train(algo, iterations)
         runners, learners = _mean(results, "env_runners"), _mean(results, "learners")
         # Sampling is timed whole; RLlib's per-step timers (averaged over thousands of calls)
-        # split it. Per-iteration timers are smoothed from the first iteration, so the
-        # learner's share is what the iteration leaves after sampling.
-        sampling = _timed(lambda: algo.env_runner.sample(num_timesteps=steps), "cpu", repeat=2)
+        # split it. The update is timed directly on one iteration's episodes, as PPO's training
+        # step calls it; it includes the learner connector, which is subtracted below.
         calls = steps / num_envs  # env.step() calls per iteration
+        episodes = algo.env_runner.sample(num_timesteps=steps)
+        update = _timed(lambda: algo.learner_group.update(
+            episodes=episodes, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 0}, num_epochs=config.num_epochs,
+            minibatch_size=config.minibatch_size, shuffle_batch_per_epoch=config.shuffle_batch_per_epoch), "cpu", repeat=2)  # fmt: skip
         connectors = runners["env_to_module_connector/connector_pipeline_timer"] + runners["module_to_env_connector/connector_pipeline_timer"]
         gae = learners.get("__all_modules__/learner_connector/timers/connectors/general_advantage_estimation", 0.0)
         learner_connector = learners.get("__all_modules__/learner_connector/connector_pipeline_timer", 0.0)
@@ -152,7 +157,7 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
             "policy inference": runners["rlmodule_inference_timer"] * calls,
             "host<->device + connectors": connectors * calls + learner_connector - gae,
             "advantages (GAE)": gae,
-            "learner update": max(0.0, seconds - sampling - sync - learner_connector),
+            "learner update": max(0.0, update - learner_connector),
             "weight sync": sync,
         }
         device = "cuda" if torch.cuda.is_available() and config.num_gpus_per_learner else "cpu"
