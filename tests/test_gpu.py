@@ -1,0 +1,101 @@
+"""The CUDA paths on a real GPU: skipped where torch sees none (CI), run whenever one is lent.
+
+Under numba's CUDA simulator (test_numba_cuda_sim.py) the kernel's logic is checked on the CPU;
+here the same kernel runs compiled for the GPU, against the CPU backends, and the device path
+trains on the GPU and its checkpoint restores on a machine without one.
+"""
+
+import json
+
+import pytest
+import torch
+
+from conftest import run_python
+from rllib_gpuenv import CartPoleVectorEnv
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def rollout(backend: str, device: str, dtype: str, n: int = 4096, steps: int = 300):
+    """States, done flags and episode lengths for one seed and one action sequence."""
+    env = CartPoleVectorEnv(n, backend=backend, device=device, dtype=dtype, max_episode_steps=100)
+    env.reset(seed=7)
+    gen = torch.Generator().manual_seed(3)
+    states, flags, lengths = [], [], []
+    for _ in range(steps):
+        actions = torch.randint(0, 2, (n,), generator=gen).to(env.device)
+        _, _, term, trunc, info = env.step(actions)
+        states.append(env.state.cpu())
+        flags.append(torch.stack([term, trunc]).cpu())
+        lengths.append(info["episode"]["l"].cpu())
+    return torch.stack(states), torch.stack(flags), torch.stack(lengths)
+
+
+@pytest.mark.parametrize("backend", ["numba-cuda", "torch"])
+def test_gpu_backends_match_the_cpu_in_float64(backend):
+    gpu, cpu = rollout(backend, "cuda", "float64"), rollout("numba-cpu", "cpu", "float64")
+    torch.testing.assert_close(gpu[0], cpu[0], rtol=0, atol=1e-9)
+    assert torch.equal(gpu[1], cpu[1]) and torch.equal(gpu[2], cpu[2])
+    assert gpu[1][:, 0].any() and gpu[1][:, 1].any()  # terminations and truncations happened
+
+
+def test_numba_cuda_float32_tracks_torch_on_the_gpu():
+    kernel, tensors = rollout("numba-cuda", "cuda", "float32"), rollout("torch", "cuda", "float32")
+    torch.testing.assert_close(kernel[0], tensors[0], rtol=0, atol=1e-4)
+    assert (kernel[1] != tensors[1]).float().mean() < 1e-3  # float32 rounding may move a rare flag
+
+
+@pytest.mark.parametrize("backend", ["numba-cuda", "torch"])
+def test_a_step_stays_on_the_gpu_without_a_host_sync(backend):
+    env = CartPoleVectorEnv(1024, backend=backend, device="cuda", reuse_outputs=True, validate_actions=False)
+    env.reset(seed=0)
+    actions = torch.randint(0, 2, (1024,), device="cuda")
+    env.step(actions)  # compile and allocate outside the check
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any torch op that waits for the GPU raises
+    try:
+        for _ in range(5):
+            obs, reward, term, trunc, info = env.step(actions)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(t.device.type == "cuda" for t in (obs, reward, term, trunc, info["episode"]["r"]))
+
+
+def test_device_ppo_trains_on_the_gpu_and_its_checkpoint_restores_without_one(tmp_path):
+    import ray
+
+    from rllib_gpuenv.train import cartpole_config
+
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    algo = cartpole_config(seed=0).build_algo()  # device "auto": the GPU
+    try:
+        for _ in range(300):
+            result = algo.train()
+            if result["env_runners"]["episode_return_mean"] >= 475:
+                break
+        assert result["env_runners"]["episode_return_mean"] >= 475
+        assert algo.env_runner.env.device.type == "cuda"
+        assert torch.device(algo.learner_group._learner._device).type == "cuda"
+        path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
+        weights = {k: v.cpu().tolist() for k, v in algo.get_module().state_dict().items()}
+    finally:
+        algo.stop()
+        ray.shutdown()
+
+    code = f"""
+import json, torch, ray
+from rllib_gpuenv.rllib import DevicePPO
+assert not torch.cuda.is_available()
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+algo = DevicePPO.from_checkpoint({path!r})
+weights = {{k: v.tolist() for k, v in algo.get_module().state_dict().items()}}
+result = algo.train()
+print(json.dumps({{"weights": weights, "iteration": result["training_iteration"],
+                  "runner": str(algo.env_runner.env.device), "learner": str(algo.learner_group._learner._device)}}))
+"""
+    proc = run_python(code, env={"CUDA_VISIBLE_DEVICES": ""})  # a machine without a GPU
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    restored = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert restored["runner"] == "cpu" and restored["learner"] == "cpu"
+    assert restored["weights"] == weights
+    assert restored["iteration"] == result["training_iteration"] + 1
