@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 
 case "${1:-}" in
 pack)
+    set -e
+    mkdir -p "$(git rev-parse --git-dir)/info"  # the shared script lists .whl/ in info/exclude
     bash ../shared/device/pack-ray-wheels.sh
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
         pytest pluggy iniconfig

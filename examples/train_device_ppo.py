@@ -7,7 +7,7 @@ What it shows: the Python API of the device path: ``DevicePPOConfig`` (RLlib's P
 How to run it: ``.venv/bin/python examples/train_device_ppo.py [--device cpu|cuda] [--target 475]``
 
 What to expect: one line per iteration. On a 2-core CPU, ``episode_return_mean`` (the device env
-runner's mean over the last 100 episodes) passes 475 after about 100 iterations (8 s) with
+runner's mean over the last 100 episodes) passes 475 after about 110 iterations (10 s) with
 seed 0; other seeds take 8-15 s (benchmarks/RESULTS.md). On a GPU the env runner and the
 learner say ``cuda:0``.
 """

@@ -8,8 +8,8 @@ CPU (``njit``) or the GPU (``cuda.jit``): numba's ``overload`` with the ``generi
 Python float (a module constant like ``GRAVITY``, a literal like ``4.0 / 3.0``) as float64, and
 float64 wins over float32 in arithmetic, so a kernel over float32 state would otherwise compute
 in float64: half the vector lanes on a CPU, and 1/32 to 1/64 of the arithmetic rate on
-consumer GPUs. Torch needs no such help: it keeps a float32 tensor float32 whatever Python floats it
-meets.
+consumer GPUs. Torch needs no such help: it keeps a float32 tensor float32 whatever Python
+floats it meets.
 """
 
 from __future__ import annotations

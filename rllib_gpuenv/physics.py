@@ -71,9 +71,10 @@ def sin_cos(theta, exact):
     arithmetic that LLVM can vectorise: theta is reduced to ``r`` in [-pi/4, pi/4] and a
     quadrant, and ``sin(r)``, ``cos(r)`` are Taylor polynomials in Horner form, accurate to
     2e-9 in float64 arithmetic for |theta| < 1e5 rad, and to float32 rounding in the float32
-    kernels (``_jit.single_precision``), which is what float32 state keeps anyway. libm's scalar sin and cos cost ~75
-    cycles per env on x86 and cannot be vectorised without Intel's SVML; a last-bit difference
-    is nothing in float32, but over a 500-step balanced episode it grows past 1e-9 in float64.
+    kernels (``_jit.single_precision``), which is what float32 state keeps anyway. libm's
+    scalar sin and cos cost ~75 cycles per env on x86 and cannot be vectorised without Intel's
+    SVML; a last-bit difference is nothing in float32, but over a 500-step balanced episode it
+    grows past 1e-9 in float64.
     """
     if exact:
         sin, cos = math.sin(theta), math.cos(theta)

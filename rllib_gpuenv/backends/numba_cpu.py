@@ -12,8 +12,8 @@ A step is two parallel loops over the envs (``prange`` splits them across cores)
    sub-step (a loop over sub-steps inside the env loop would keep LLVM from vectorising it).
 
 Float32 envs get float32 arithmetic (``single_precision``; still 4 envs per instruction, as
-the loop's integers are 64-bit and LLVM sizes the vector by its widest type) and fast-math (fused multiply-adds, reciprocal division, reassociation; results move by
-ulps); float64 envs get libm trigonometry and exact IEEE arithmetic, so that they match
+the loop's integers are 64-bit and LLVM sizes the vector by its widest type) and fast-math
+(fused multiply-adds, reciprocal division, reassociation; results move by ulps); float64 envs get libm trigonometry and exact IEEE arithmetic, so that they match
 gymnasium's float64 physics within 1e-9 over whole episodes (their loop stays scalar).
 """
 
