@@ -19,8 +19,8 @@ setup() {
   "${pip[@]}" --upgrade pip >/dev/null
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     if has_gpu; then
-      echo "[setup] GPU found: installing torch with CUDA and numba-cuda" >&2
-      "${pip[@]}" torch numba-cuda
+      echo "[setup] GPU found: installing torch with CUDA" >&2
+      "${pip[@]}" torch
     else
       # No GPU: never the multi-GB CUDA build. PyTorch's CPU wheels (found on this disk
       # where a machine keeps them, else on PyTorch's CPU index).
@@ -28,6 +28,14 @@ setup() {
       "${pip[@]}" --retries 0 "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu \
         || "${pip[@]}" torch --index-url https://download.pytorch.org/whl/cpu
     fi
+  fi
+  # numba's CUDA target. With a GPU: with the CUDA libraries of torch's CUDA major version.
+  # Without: numba-cuda and NVRTC still compile the kernels to PTX with the CUDA toolkit's NVVM
+  # where a machine has one (tests/test_cuda_compile.py), the check the CUDA simulator cannot make.
+  if has_gpu; then
+    "${pip[@]}" "numba-cuda[cu$("$VENV/bin/python" -c 'import torch; print((torch.version.cuda or "13").split(".")[0])')]"
+  else
+    "${pip[@]}" numba-cuda "nvidia-cuda-nvrtc==13.*"
   fi
   echo "[setup] installing rllib_gpuenv with its test and benchmark extras" >&2
   "${pip[@]}" -e ".[test,bench]"

@@ -6,9 +6,10 @@
 #
 # "run" installs the carried wheels, then runs the GPU tests (tests/test_gpu.py: numba-cuda and
 # torch on CUDA against the CPU, no host sync per step, PPO trained on the GPU and restored on
-# a CPU), the block-size search, the scaling benchmark up to 2^22 envs, the iteration breakdown
-# and the device path's time to 475. Everything lands in $OUT (the device tool returns it); the
-# figures go into benchmarks/RESULTS.md with the GPU model and versions from machine.txt.
+# a CPU; tests/test_cuda_compile.py for the device's own compute capability), the block-size
+# search, the scaling benchmark up to 2^22 envs, the iteration breakdown and the device path's
+# time to 475. Everything lands in $OUT (the device tool returns it); the figures go into
+# benchmarks/RESULTS.md with the GPU model and versions from machine.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +36,7 @@ run)
     } | tee "$OUT/machine.txt"
     for stage in $stages; do
         case $stage in
-        tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_backends_agree.py 2>&1 | tee "$OUT/tests.txt" | tail -15 ;;
+        tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_cuda_compile.py tests/test_backends_agree.py 2>&1 | tee "$OUT/tests.txt" | tail -15 ;;
         bench)
             bench block-size --plot | tee "$OUT/block_size.txt" | tail -12
             bench scaling --plot --num-envs 1..4194304 | tee "$OUT/scaling.txt" | tail -25

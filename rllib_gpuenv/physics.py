@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from rllib_gpuenv._jit import jitable
+from rllib_gpuenv._jit import float_floor, jitable
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -80,13 +78,13 @@ def sin_cos(theta, exact):
         sin, cos = math.sin(theta), math.cos(theta)
     else:
         # Floats throughout: AVX2 has no vector float64 -> int64 conversion.
-        k = np.floor(theta * _TWO_OVER_PI + 0.5)  # CartPole's live angles (< 0.21 rad): k = 0
+        k = float_floor(theta * _TWO_OVER_PI + 0.5)  # CartPole's live angles (< 0.21 rad): k = 0
         r = (theta - k * _PIO2_HI) - k * _PIO2_LO
         r2 = r * r
         s = r * (1.0 + r2 * (-1.0 / 6 + r2 * (1.0 / 120 + r2 * (-1.0 / 5040 + r2 * (1.0 / 362880)))))
         c = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24 + r2 * (-1.0 / 720 + r2 * (1.0 / 40320 + r2 * (-1.0 / 3628800)))))
         # theta = r + quadrant * pi/2: odd quadrants swap sin and cos, the signs follow the quadrant.
-        quadrant = k - 4.0 * np.floor(k * 0.25)
+        quadrant = k - 4.0 * float_floor(k * 0.25)
         odd = (quadrant == 1.0) | (quadrant == 3.0)
         sin = (-1.0 if quadrant >= 2.0 else 1.0) * (c if odd else s)
         cos = (-1.0 if (quadrant == 1.0) | (quadrant == 2.0) else 1.0) * (s if odd else c)

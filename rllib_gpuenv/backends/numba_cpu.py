@@ -13,8 +13,9 @@ A step is two parallel loops over the envs (``prange`` splits them across cores)
 
 Float32 envs get float32 arithmetic (``single_precision``; still 4 envs per instruction, as
 the loop's integers are 64-bit and LLVM sizes the vector by its widest type) and fast-math
-(fused multiply-adds, reciprocal division, reassociation; results move by ulps); float64 envs get libm trigonometry and exact IEEE arithmetic, so that they match
-gymnasium's float64 physics within 1e-9 over whole episodes (their loop stays scalar).
+(fused multiply-adds, reciprocal division, reassociation; results move by ulps); float64 envs
+get libm trigonometry and exact IEEE arithmetic, so that they match gymnasium's float64
+physics within 1e-9 over whole episodes (their loop stays scalar).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from numba import prange
 from rllib_gpuenv._jit import single_precision
 from rllib_gpuenv.backends import kernel_cache
 from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
-from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode, kernel_dt
+from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode, kernel_constants
 
 # Without the NaN/inf assumptions of full fast-math: bad states must still compare as bad.
 FASTMATH = {"contract", "arcp", "reassoc", "afn"}
@@ -113,6 +114,5 @@ class NumbaCPUBackend(Backend):
         if fresh:  # write straight into new tensors rather than copy persistent ones
             outputs, out_arrays = _new_outputs(outputs)
         kernel = KERNELS[params.exact_math, params.substeps == 1]
-        kernel(actions.numpy(), *self._buf_arrays, *out_arrays, params.seed32, params.low, params.high,
-               params.max_steps, params.substeps, params.sutton_barto, kernel_dt(params))  # fmt: skip
+        kernel(actions.numpy(), *self._buf_arrays, *out_arrays, *kernel_constants(params))
         return outputs

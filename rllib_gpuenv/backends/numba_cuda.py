@@ -20,9 +20,9 @@ import torch
 from numba import config as numba_config
 from numba import cuda
 
-from rllib_gpuenv._jit import single_precision
+from rllib_gpuenv._jit import cuda_device_functions, single_precision
 from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
-from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode, kernel_dt
+from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode, kernel_constants
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,16 @@ def step_one_env(actions, state, steps, prev_done, episode, ep_return, obs, rewa
 
 
 # One kernel per precision: float32 envs compute in float32 (full-rate arithmetic on every GPU).
-STEP_KERNELS = {0: cuda.jit(single_precision(step_one_env)), 1: cuda.jit(step_one_env)}
+STEP_KERNELS = {
+    0: cuda.jit(cuda_device_functions(single_precision(step_one_env))),
+    1: cuda.jit(cuda_device_functions(step_one_env)),
+}
+
+
+def kernel_arguments(actions, buffer_arrays: Sequence, output_arrays: Sequence, params: StepParams) -> tuple:
+    """``step_one_env``'s arguments in order, from the arrays of ``EnvBuffers.tensors()`` and
+    ``StepOutputs`` (numba views on the GPU; numpy arrays give the same numba types)."""
+    return (actions, *buffer_arrays, *output_arrays, *kernel_constants(params), params.exact_math)
 
 
 def cuda_available() -> bool:
@@ -103,9 +112,7 @@ class NumbaCUDABackend(Backend):
         if not SIMULATED:
             stream = cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
             launch = kernel[blocks, self.threads_per_block, stream]
-        launch(_as_kernel_array(actions), *self._buf_arrays, *self._out_arrays,
-               params.seed32, params.low, params.high, params.max_steps, params.substeps,
-               params.sutton_barto, kernel_dt(params), params.exact_math)  # fmt: skip
+        launch(*kernel_arguments(_as_kernel_array(actions), self._buf_arrays, self._out_arrays, params))
         # Numba views of new tensors are slow to make, so fresh outputs are copies (on the GPU).
         return self._outputs.clone() if fresh else self._outputs
 

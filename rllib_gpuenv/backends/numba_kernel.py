@@ -14,7 +14,7 @@ integers (numba's alias analysis counts bool values as possible aliases, and the
 the loop's arrays as non-overlapping, which LLVM needs to vectorise a loop over 12 arrays).
 
 Float32 envs run ``single_precision`` copies of these functions (float32 constants), and get
-their time step as a float32 (``kernel_dt``), so that their arithmetic stays float32.
+their time step as a float32 (``kernel_constants``), so that their arithmetic stays float32.
 
 Arrays are structure-of-arrays: ``state`` and ``obs`` are ``(4, N)``, one row per component, so
 that consecutive envs are consecutive in memory (vector lanes on a CPU, coalesced loads on a GPU).
@@ -60,7 +60,8 @@ def advance(resetting, action, x, x_dot, theta, theta_dot, steps, ep_return,
     terminated = 0 if resetting else int(is_terminated(x, theta))
     steps = 0 if resetting else steps + 1
     truncated = int(steps >= max_steps)
-    reward = 0.0 if resetting else step_reward(terminated, sutton_barto)
+    # Float flags: numba computes float32 with an integer in float64, and the reward would follow.
+    reward = 0.0 if resetting else step_reward(1.0 if terminated else 0.0, 1.0 if sutton_barto else 0.0)
     ep_return = 0.0 if resetting else ep_return + reward
     return x, x_dot, theta, theta_dot, reward, terminated, truncated, steps, ep_return
 
@@ -88,6 +89,9 @@ def advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, ter
     final_length[i] = n if done else 0
 
 
-def kernel_dt(params: StepParams):
-    """The time step as the kernels take it: float32 for float32 envs (see the module doc)."""
-    return params.dt if params.exact_math else np.float32(params.dt)
+def kernel_constants(params: StepParams) -> tuple:
+    """The step's constants, after the arrays, as both numba kernels take them: ``seed32, low,
+    high, max_steps, substeps, sutton_barto, dt``, with ``dt`` a float32 for float32 envs
+    (see the module doc)."""
+    dt = params.dt if params.exact_math else np.float32(params.dt)
+    return params.seed32, params.low, params.high, params.max_steps, params.substeps, params.sutton_barto, dt
