@@ -158,6 +158,35 @@ def test_checkpoints_hold_no_device_tensors(tmp_path):
     assert path
 
 
+def test_checkpoint_of_a_gpu_learner_restores_on_the_cpu(tmp_path):
+    """The other device-specific part of a checkpoint is its config. Where ``devices: auto``
+    finds a GPU, the saved config holds ``num_gpus_per_learner=1``; restored here, ``auto``
+    resolves again, to the CPU, instead of asking Ray for a GPU that is not there."""
+    import pickle
+
+    from rllib_gpuenv.rllib import DevicePPO
+
+    algo = cartpole_config(seed=3).build_algo()  # devices: auto (the CPU here)
+    algo.train()
+    path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
+    algo.stop()
+    ctor_file = tmp_path / "ckpt" / "class_and_ctor_args.pkl"
+    saved = pickle.loads(ctor_file.read_bytes())
+    saved_config = saved["ctor_args_and_kwargs"][0][0]
+    assert saved_config["learner_device"] == "auto"
+    saved_config["num_gpus_per_learner"] = 1  # as written on a machine with a GPU
+    ctor_file.write_bytes(pickle.dumps(saved))
+
+    restored = DevicePPO.from_checkpoint(path)
+    try:
+        assert restored.config.num_gpus_per_learner == 0
+        assert torch.device(restored.learner_group._learner._device).type == "cpu"
+        assert restored.env_runner.env.device.type == "cpu"
+        assert restored.train()["training_iteration"] == 2
+    finally:
+        restored.stop()
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
