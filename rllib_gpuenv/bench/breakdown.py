@@ -28,6 +28,16 @@ from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure,
 PARTS = ["env stepping", "policy inference", "host<->device + connectors", "advantages (GAE)", "learner update", "weight sync", "other"]
 
 
+def _timed_on(make_input, fn, repeat: int = 3) -> float:
+    """Seconds per call of ``fn(x)`` on the CPU, each call on a fresh ``x = make_input()``."""
+    inputs = [make_input() for _ in range(repeat + 1)]
+    fn(inputs[0])  # warm-up
+    start = time.perf_counter()
+    for x in inputs[1:]:
+        fn(x)
+    return (time.perf_counter() - start) / repeat
+
+
 def _timed(fn, device, repeat: int = 3) -> float:
     fn()  # warm-up
     synchronize(device)
@@ -124,7 +134,8 @@ def device_path(device: str | None, num_envs: int, rollout_length: int, iteratio
 
 
 def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
-    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+    from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, NUM_ENV_STEPS_SAMPLED_LIFETIME, TIMERS
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
     from rllib_gpuenv.experiments import load_experiments
     from rllib_gpuenv.train import DEFAULT_CONFIG_FILE, cartpole_config
@@ -139,25 +150,34 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
     try:
         algo.train()
         seconds, results, gpu = _train(algo, iterations)
-        runners, learners = _mean(results, "env_runners"), _mean(results, "learners")
+        runners = _mean(results, "env_runners")
         # Sampling is timed whole; RLlib's per-step timers (averaged over thousands of calls)
-        # split it. The update is timed directly on one iteration's episodes, as PPO's training
-        # step calls it; it includes the learner connector, which is subtracted below.
+        # split it. The update and the learner connector (its GAE included) are timed directly,
+        # each call on freshly sampled episodes as PPO's training step has them: RLlib's own
+        # timers of those run once per iteration and still weigh the first, slow call.
         calls = steps / num_envs  # env.step() calls per iteration
-        episodes = algo.env_runner.sample(num_timesteps=steps)
-        update = _timed(lambda: algo.learner_group.update(
+        learner = algo.learner_group._learner
+        sample = lambda: algo.env_runner.sample(num_timesteps=steps)  # noqa: E731
+        update = _timed_on(sample, lambda episodes: algo.learner_group.update(
             episodes=episodes, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 0}, num_epochs=config.num_epochs,
-            minibatch_size=config.minibatch_size, shuffle_batch_per_epoch=config.shuffle_batch_per_epoch), "cpu", repeat=2)  # fmt: skip
-        connectors = runners["env_to_module_connector/connector_pipeline_timer"] + runners["module_to_env_connector/connector_pipeline_timer"]
-        gae = learners.get("__all_modules__/learner_connector/timers/connectors/general_advantage_estimation", 0.0)
-        learner_connector = learners.get("__all_modules__/learner_connector/connector_pipeline_timer", 0.0)
+            minibatch_size=config.minibatch_size, shuffle_batch_per_epoch=config.shuffle_batch_per_epoch))  # fmt: skip
+        gae_seconds = []
+
+        def learner_connector(episodes):
+            metrics = MetricsLogger()
+            learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=metrics)
+            gae_seconds.append(metrics.peek((ALL_MODULES, "learner_connector", TIMERS, CONNECTOR_TIMERS, "general_advantage_estimation")))
+
+        connector_seconds = _timed_on(sample, learner_connector)
+        gae = sum(gae_seconds[1:]) / len(gae_seconds[1:])  # without the warm-up call
+        env_runner_connectors = runners["env_to_module_connector/connector_pipeline_timer"] + runners["module_to_env_connector/connector_pipeline_timer"]
         sync = _timed(lambda: algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group), "cpu")
         parts = {
             "env stepping": runners["env_step_timer"] * calls,
             "policy inference": runners["rlmodule_inference_timer"] * calls,
-            "host<->device + connectors": connectors * calls + learner_connector - gae,
+            "host<->device + connectors": env_runner_connectors * calls + connector_seconds - gae,
             "advantages (GAE)": gae,
-            "learner update": max(0.0, update - learner_connector),
+            "learner update": max(0.0, update - connector_seconds),
             "weight sync": sync,
         }
         device = "cuda" if torch.cuda.is_available() and config.num_gpus_per_learner else "cpu"
