@@ -28,22 +28,15 @@ from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure,
 PARTS = ["env stepping", "policy inference", "host<->device + connectors", "advantages (GAE)", "learner update", "weight sync", "other"]
 
 
-def _timed_on(make_input, fn, repeat: int = 3) -> float:
-    """Seconds per call of ``fn(x)`` on the CPU, each call on a fresh ``x = make_input()``."""
-    inputs = [make_input() for _ in range(repeat + 1)]
-    fn(inputs[0])  # warm-up
-    start = time.perf_counter()
-    for x in inputs[1:]:
-        fn(x)
-    return (time.perf_counter() - start) / repeat
-
-
-def _timed(fn, device, repeat: int = 3) -> float:
-    fn()  # warm-up
+def _timed(fn, device, repeat: int = 3, make_input=None) -> float:
+    """Seconds per call of ``fn()`` after a warm-up call; with ``make_input``, of ``fn(x)``, each
+    call on a fresh ``x = make_input()`` made before the clock starts."""
+    args = [() if make_input is None else (make_input(),) for _ in range(repeat + 1)]
+    fn(*args[0])  # warm-up
     synchronize(device)
     start = time.perf_counter()
-    for _ in range(repeat):
-        fn()
+    for a in args[1:]:
+        fn(*a)
     synchronize(device)
     return (time.perf_counter() - start) / repeat
 
@@ -134,7 +127,7 @@ def device_path(device: str | None, num_envs: int, rollout_length: int, iteratio
 
 
 def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
-    from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, NUM_ENV_STEPS_SAMPLED_LIFETIME, TIMERS
+    from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, NUM_ENV_STEPS_SAMPLED_LIFETIME, TIMERS
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
     from rllib_gpuenv.experiments import load_experiments
@@ -158,17 +151,17 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
         calls = steps / num_envs  # env.step() calls per iteration
         learner = algo.learner_group._learner
         sample = lambda: algo.env_runner.sample(num_timesteps=steps)  # noqa: E731
-        update = _timed_on(sample, lambda episodes: algo.learner_group.update(
+        update = _timed(lambda episodes: algo.learner_group.update(
             episodes=episodes, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 0}, num_epochs=config.num_epochs,
-            minibatch_size=config.minibatch_size, shuffle_batch_per_epoch=config.shuffle_batch_per_epoch))  # fmt: skip
+            minibatch_size=config.minibatch_size, shuffle_batch_per_epoch=config.shuffle_batch_per_epoch), "cpu", make_input=sample)  # fmt: skip
         gae_seconds = []
 
         def learner_connector(episodes):
             metrics = MetricsLogger()
             learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=metrics)
-            gae_seconds.append(metrics.peek((ALL_MODULES, "learner_connector", TIMERS, CONNECTOR_TIMERS, "general_advantage_estimation")))
+            gae_seconds.append(metrics.peek((ALL_MODULES, LEARNER_CONNECTOR, TIMERS, CONNECTOR_TIMERS, "general_advantage_estimation")))
 
-        connector_seconds = _timed_on(sample, learner_connector)
+        connector_seconds = _timed(learner_connector, "cpu", make_input=sample)
         gae = sum(gae_seconds[1:]) / len(gae_seconds[1:])  # without the warm-up call
         env_runner_connectors = runners["env_to_module_connector/connector_pipeline_timer"] + runners["module_to_env_connector/connector_pipeline_timer"]
         sync = _timed(lambda: algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group), "cpu")
