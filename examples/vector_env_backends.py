@@ -1,11 +1,11 @@
-"""Step thousands of CartPoles at once with every backend, and check they agree.
+"""Step thousands of copies of one env at once with every backend, and check they agree.
 
-What it shows: ``CartPoleVectorEnv`` with the backends this machine has (torch, numba-cpu, and
-numba-cuda on a GPU), gymnasium's VectorEnv API (``reset(seed=...)``, NEXT_STEP autoreset,
-``infos["episode"]``), and that the same seed and actions give the same trajectories on every
-backend.
+What it shows: any env of the suite (``--env``, default ``GPUCartPole-v1``) with the backends
+this machine has (torch, numba-cpu, and numba-cuda on a GPU), gymnasium's VectorEnv API
+(``reset(seed=...)``, NEXT_STEP autoreset, ``infos["episode"]``), and that the same seed and
+actions give the same trajectories on every backend.
 
-How to run it: ``.venv/bin/python examples/vector_env_backends.py [--num-envs 65536]``
+How to run it: ``.venv/bin/python examples/vector_env_backends.py [--env GPUPendulum-v1] [--num-envs 65536]``
 
 What to expect: for each backend, env-steps per second and the number of episodes finished in
 200 steps; then "all backends agree" (identical done flags, float64 states within 1e-9).
@@ -16,19 +16,22 @@ import time
 
 import torch
 
-from rllib_gpuenv import CartPoleVectorEnv
+from rllib_gpuenv import ENV_IDS, make_vector_env
 from rllib_gpuenv.backends import available_backends
 
 parser = argparse.ArgumentParser()
+parser.add_argument("--env", default="GPUCartPole-v1", choices=ENV_IDS)
 parser.add_argument("--num-envs", type=int, default=65536)
 parser.add_argument("--steps", type=int, default=200)
 args = parser.parse_args()
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-actions = torch.randint(0, 2, (args.steps, args.num_envs), generator=torch.Generator().manual_seed(0))
+space = make_vector_env(args.env, args.num_envs, backend="torch").action_space
+space.seed(0)
+actions = torch.stack([torch.as_tensor(space.sample()) for _ in range(args.steps)])
 finals = {}
 for backend in available_backends(device):
-    env = CartPoleVectorEnv(args.num_envs, backend=backend, device=device, dtype="float64")
+    env = make_vector_env(args.env, args.num_envs, backend=backend, device=device, dtype="float64")
     env.reset(seed=42)
     moved = actions.to(env.device)
     episodes, dones = 0, []

@@ -59,7 +59,7 @@ def _bench_breakdown(args) -> None:
 
 
 def _tune_block_size(args) -> None:
-    from rllib_gpuenv.backends.numba_cuda import search_threads_per_block
+    from rllib_gpuenv.bench.block_size import search_threads_per_block
     from rllib_gpuenv.bench.common import format_table
 
     results = search_threads_per_block(args.num_envs, _sizes(args.candidates), steps=args.steps, device=args.device)

@@ -4,12 +4,29 @@ import numpy as np
 import pytest
 import torch
 
-from rllib_gpuenv import CartPoleVectorEnv
+from rllib_gpuenv import CartPoleVectorEnv, make_vector_env
+
+
+def snapshot(env):
+    return {name: t.clone() for name, t in env._buffers.tensors().items()}
+
+
+def assert_unchanged(env, before):
+    for name, t in env._buffers.tensors().items():
+        assert torch.equal(t, before[name]), name
 
 
 @pytest.fixture
 def env(backend):
     env = CartPoleVectorEnv(4, backend=backend, dtype="float64")
+    env.reset(seed=0)
+    env.step([1, 1, 1, 1])
+    return env
+
+
+@pytest.fixture
+def box_env(backend):
+    env = make_vector_env("GPUPendulum-v1", 4, backend=backend, dtype="float64")
     env.reset(seed=0)
     return env
 
@@ -17,23 +34,57 @@ def env(backend):
 @pytest.mark.parametrize(
     "actions, error, message",
     [
-        (torch.ones(3, dtype=torch.long), ValueError, r"shape \(4,\), one per env, got \(3,\)"),
+        (torch.ones(3, dtype=torch.long), ValueError, r"shape \(4,\), one Discrete\(2\) action .* per env, got \(3,\)"),
         (torch.ones(4, 1, dtype=torch.long), ValueError, r"shape \(4,\)"),
-        (torch.ones(4), TypeError, r"integers 0 or 1.*float32.*\.long\(\)"),
+        (torch.ones(4), TypeError, r"integers \(Discrete\(2\).*\[0, 1\]\).*float32.*\.long\(\)"),
         (torch.tensor([0.0, 1.0, float("nan"), 1.0]), TypeError, r"containing NaN"),
         (np.array([0.5, 1, 0, 1]), TypeError, r"float64"),
-        (torch.tensor([0, 1, 2, 1]), ValueError, r"0 or 1.*\[2\]"),
-        ([0, -1, 1, 1], ValueError, r"0 or 1.*\[-1\]"),
-        ("left", TypeError, r"torch tensor, numpy array or list of ints"),
-        ([object(), 1, 1, 1], TypeError, r"torch tensor, numpy array or list of ints"),
+        (torch.tensor([0, 1, 2, 1]), ValueError, r"in \[0, 1\].*\[2\]"),
+        ([0, -1, 1, 1], ValueError, r"in \[0, 1\].*\[-1\]"),
+        (np.array([0, 1, 2**64 - 1, 1], dtype=np.uint64), ValueError, r"in \[0, 1\]"),
+        ("left", TypeError, r"torch tensor, numpy array or list of numbers"),
+        ([object(), 1, 1, 1], TypeError, r"torch tensor, numpy array or list of numbers"),
     ],
 )
-def test_bad_actions_are_rejected_and_leave_the_env_unchanged(env, actions, error, message):
-    before = env.state
+def test_bad_discrete_actions_are_rejected_and_leave_the_env_unchanged(env, actions, error, message):
+    before = snapshot(env)
     with pytest.raises(error, match=message):
         env.step(actions)
-    assert torch.equal(env.state, before)
-    env.step([0, 1, 0, 1])  # still usable
+    assert_unchanged(env, before)
+
+
+def test_unsigned_and_bool_discrete_actions_work(env):
+    env.step(np.array([0, 1, 1, 0], dtype=np.uint64))
+    env.step(np.array([0, 1, 1, 0], dtype=np.uint8))
+    env.step(torch.tensor([True, False, True, False]))
+
+
+@pytest.mark.parametrize(
+    "actions, error, message",
+    [
+        (torch.zeros(4), ValueError, r"shape \(4, 1\), one Box action"),
+        (torch.zeros(3, 1), ValueError, r"shape \(4, 1\)"),
+        (torch.zeros(4, 1, dtype=torch.long), TypeError, r"floats \(Box action.*\.float\(\)"),
+        (torch.tensor([[0.0], [float("nan")], [1.0], [0.0]]), ValueError, r"NaN \(envs \[1\]\)"),
+        ([[0.0], ["a"], [1.0], [0.0]], TypeError, r"torch tensor, numpy array or list of numbers"),
+    ],
+)
+def test_bad_box_actions_are_rejected_and_leave_the_env_unchanged(box_env, actions, error, message):
+    before = snapshot(box_env)
+    with pytest.raises(error, match=message):
+        box_env.step(actions)
+    assert_unchanged(box_env, before)
+
+
+def test_box_actions_are_clipped_where_gymnasium_clips(box_env):
+    """Out-of-bound torques act as the bound (gymnasium clips inside Pendulum's step); float64
+    actions are taken as the space's float32."""
+    states = []
+    for torque in (2.0, 7.5, np.float64(2.0)):
+        box_env.reset(seed=3)
+        box_env.step(np.full((4, 1), torque))
+        states.append(box_env.state)
+    assert torch.equal(states[0], states[1]) and torch.equal(states[0], states[2])
 
 
 def test_actions_on_the_wrong_device(env):
@@ -47,11 +98,18 @@ def test_actions_on_the_wrong_device(env):
     [
         ({"num_envs": 0}, ValueError, "num_envs must be a positive integer"),
         ({"num_envs": 2.5}, ValueError, "num_envs must be a positive integer"),
+        ({"max_episode_steps": 2.7}, ValueError, "max_episode_steps must be a positive integer, got 2.7"),
+        ({"max_episode_steps": 0}, ValueError, "max_episode_steps must be a positive integer"),
         ({"backend": "jax"}, ValueError, r"unknown backend 'jax'.*usable on cpu here: torch, numba-cpu"),
         ({"device": "tpu"}, ValueError, r"unknown device 'tpu'|not supported"),
         ({"dtype": "float16"}, ValueError, "float32 or float64"),
         ({"output": "jax"}, ValueError, "'torch' or 'numpy'"),
-        ({"substeps": 0}, ValueError, "substeps must be at least 1"),
+        ({"substeps": 0}, TypeError, "substeps must be a positive integer"),
+        ({"gravity": "high"}, TypeError, "gravity must be a finite number"),
+        ({"mass": 1.0}, TypeError, r"no parameter\(s\) \['mass'\].*masspole"),
+        ({"render_env_index": 5}, ValueError, r"render_env_index must be an integer in \[0, 2\)"),
+        ({"backend": "torch", "threads_per_block": 64}, ValueError, "threads_per_block is a numba-cuda setting"),
+        ({"backend": "numba-cpu", "num_threads": 0}, ValueError, "num_threads must be an integer in 1.."),
         ({"num_envs": 2**50}, MemoryError, r"num_envs=.* needs about .* GiB on cpu.*use at most"),
     ],
 )
@@ -68,9 +126,32 @@ def test_gpu_asked_for_where_there_is_none():
         CartPoleVectorEnv(2, backend="numba-cuda", device="cpu")
 
 
-def test_step_before_reset_and_bad_seed():
+def test_step_before_reset_and_bad_seeds():
     env = CartPoleVectorEnv(2)
     with pytest.raises(RuntimeError, match=r"reset\(\) before step\(\)"):
         env.step([0, 1])
-    with pytest.raises(TypeError, match="seed must be an int"):
-        env.reset(seed=[1, 2])
+    for seed in ([1, 2], -1, True, 1.5):
+        with pytest.raises(TypeError, match="seed must be a non-negative integer or None"):
+            env.reset(seed=seed)
+    first, _ = env.reset(seed=np.int64(5))  # numpy integers are integers
+    assert torch.equal(first, env.reset(seed=5)[0])
+
+
+def test_bad_state_assignments_name_the_shape_and_change_nothing(env):
+    before = snapshot(env)
+    with pytest.raises(TypeError, match=r"state must be numbers of shape \(4, 4\) \(x, x_dot, theta, theta_dot per env\)"):
+        env.state = "abc"
+    with pytest.raises(ValueError, match=r"shape \(4, 4\).*got \(3, 4\)"):
+        env.state = np.zeros((3, 4))
+    with pytest.raises(TypeError, match=r"real numbers"):
+        env.state = torch.zeros(4, 4, dtype=torch.bool)
+    assert_unchanged(env, before)
+
+
+def test_a_closed_env_refuses_to_work():
+    env = CartPoleVectorEnv(2, render_mode="rgb_array")
+    env.reset(seed=0)
+    env.close()
+    for call in (lambda: env.step([0, 1]), lambda: env.reset(), env.render):
+        with pytest.raises(RuntimeError, match="CartPoleVectorEnv is closed: make a new one"):
+            call()

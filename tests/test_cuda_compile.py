@@ -18,16 +18,16 @@ import numba
 import pytest
 import torch
 
-from rllib_gpuenv import CartPoleVectorEnv
-from rllib_gpuenv._jit import cuda_device_functions, single_precision
-from rllib_gpuenv.backends.base import StepOutputs
-from rllib_gpuenv.backends.numba_kernel import advance
+from rllib_gpuenv import ENV_DEFS, make_vector_env
+from rllib_gpuenv.core.buffers import StepOutputs
+from rllib_gpuenv.core.step import KernelArguments
 
 pytest.importorskip("numba_cuda", reason="numba-cuda (the CUDA target) is not installed")
 from numba import cuda  # noqa: E402  (numba-cuda's, after the check above)
 from numba.cuda import dispatcher  # noqa: E402
 
-from rllib_gpuenv.backends.numba_cuda import STEP_KERNELS, kernel_arguments  # noqa: E402
+from rllib_gpuenv.backends.numba_cuda import kernel_source  # noqa: E402
+from rllib_gpuenv.core.jit import cuda_device_functions  # noqa: E402
 
 CC = (9, 0)
 F64_ARITHMETIC = re.compile(r"^\s*(add|sub|mul|div|fma|neg|abs|min|max|sqrt|rcp)\.\S*f64\b", re.M)
@@ -49,36 +49,47 @@ def compile_ptx(monkeypatch):
     return lambda fn, signature: cuda.compile_ptx(fn, signature, cc=CC)[0]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_step_kernel_compiles_for_the_gpu(compile_ptx, dtype):
-    env = CartPoleVectorEnv(8, backend="torch", device="cpu", dtype=dtype)
+def kernel_signature(env, fn) -> tuple:
+    """The numba types of ``fn``'s arguments for ``env``, from the arrays the backend would pass."""
     env.reset(seed=0)
-    arrays = [t.numpy() for t in env._buffers.tensors()], [t.numpy() for t in StepOutputs.allocate(8, env.device)]
-    actions = env._action_tensor(torch.zeros(8, dtype=torch.int64)).numpy()
-    signature = tuple(numba.typeof(a) for a in kernel_arguments(actions, *arrays, env._params))
-    ptx = compile_ptx(STEP_KERNELS[env._params.exact_math].py_func, signature)
+    arrays = {k: v.numpy() for k, v in env._buffers.tensors().items()}
+    arrays.update({k: v.numpy() for k, v in StepOutputs.allocate(env.definition.obs_size, env.num_envs, env.dtype, env.device)._asdict().items()})
+    actions = env._action_tensor(torch.as_tensor(env.action_space.sample())).numpy()
+    arguments = KernelArguments(fn)
+    arguments.prepare(actions=actions, **arrays, **env._constants._asdict())
+    return tuple(numba.typeof(a) for a in arguments.fill())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_step_kernel_compiles_for_the_gpu(compile_ptx, env_id, dtype):
+    env = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype=dtype)
+    fn = kernel_source(env._bound, env.dtype)
+    ptx = compile_ptx(fn, kernel_signature(env, fn))
     assert ".entry" in ptx and "st.global" in ptx  # a kernel that writes its results
 
 
-def test_float32_physics_compiles_to_float32_gpu_arithmetic(compile_ptx):
-    """No float64 arithmetic in a float32 step's physics (full rate on every GPU).
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
+    """No float64 arithmetic in a float32 env's step (full rate on every GPU).
 
-    The initial-state hash is float64 by design (the same reset states on every backend), so the
-    check compiles ``advance``, the step without ``begin_episode``.
+    The initial-state hash is float64 by design (the same initial states on every backend), so
+    the check compiles the per-env step without the reset draw.
     """
+    env = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype="float32")
+    _, advance_env = env._bound.kernel_functions(env.dtype)
 
-    def advance_all(actions, state, steps, ep_return, dt):
+    def advance_all(actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
+                    final_return, final_length, final_mask, max_steps):  # fmt: skip
         i = cuda.grid(1)
         if i < state.shape[1]:
-            x, x_dot, theta, theta_dot, reward, term, trunc, n, ret = advance(
-                0, actions[i], state[0, i], state[1, i], state[2, i], state[3, i], steps[i], ep_return[i],
-                500, 2, 0, dt, 0)  # fmt: skip
-            state[0, i], state[1, i], state[2, i], state[3, i] = x, x_dot, theta, theta_dot
-            steps[i], ep_return[i] = n + term + trunc, ret + reward
+            advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
+                        final_return, final_length, final_mask, max_steps)  # fmt: skip
 
-    array = numba.typeof(torch.zeros(4, 8).numpy())
-    signature = (numba.int64[::1], array, numba.int32[::1], numba.float32[::1], numba.float32)
-    single = compile_ptx(cuda_device_functions(single_precision(advance_all)), signature)
-    double = compile_ptx(cuda_device_functions(advance_all), (signature[0], numba.float64[:, ::1], *signature[2:4], numba.float64))
-    assert F64_ARITHMETIC.findall(double), "the float64 version should show float64 arithmetic"
-    assert not F64_ARITHMETIC.findall(single)
+    signature = dict(zip(KernelArguments(kernel_source(env._bound, env.dtype)).names, kernel_signature(env, kernel_source(env._bound, env.dtype))))
+    names = KernelArguments(advance_all).names
+    ptx = compile_ptx(cuda_device_functions(advance_all), tuple(signature[n] for n in names))
+    assert not F64_ARITHMETIC.findall(ptx)
+    env64 = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype="float64")
+    fn64 = kernel_source(env64._bound, env64.dtype)
+    assert F64_ARITHMETIC.findall(compile_ptx(fn64, kernel_signature(env64, fn64)))  # the float64 one does show it

@@ -25,9 +25,18 @@ def test_every_example_has_the_three_part_docstring():
                 assert part in text, (name, part)
 
 
-def test_vector_env_backends_agree():
-    out = example("vector_env_backends.py", "--num-envs", "256", "--steps", "60")
+@pytest.mark.parametrize("env_id", ["GPUCartPole-v1", "GPUMountainCarContinuous-v0"])
+def test_vector_env_backends_agree(env_id):
+    out = example("vector_env_backends.py", "--env", env_id, "--num-envs", "256", "--steps", "60")
     assert "all backends agree" in out and "numba-cpu" in out and "torch" in out
+
+
+def test_write_your_own_env():
+    """The example's env runs on every CPU backend alike and learns under DevicePPO."""
+    out = example("write_your_own_env.py", "--iterations", "20", "--device", "cpu")
+    assert "all backends agree" in out and "numba-cpu" in out
+    returns = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("iter ")]
+    assert len(returns) == 20 and min(returns) < -50 and returns[-1] > 0
 
 
 @pytest.mark.parametrize("name, args, expected", [

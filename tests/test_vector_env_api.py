@@ -6,19 +6,49 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from rllib_gpuenv import CartPoleVectorEnv
+from rllib_gpuenv import ENV_DEFS, CartPoleVectorEnv, make_vector_env
+
+GYMNASIUM_IDS = {"GPUCartPole-v1": "CartPole-v1", "GPUAcrobot-v1": "Acrobot-v1", "GPUMountainCar-v0": "MountainCar-v0",
+                 "GPUMountainCarContinuous-v0": "MountainCarContinuous-v0", "GPUPendulum-v1": "Pendulum-v1"}  # fmt: skip
 
 
-def test_spaces_and_metadata():
-    env = CartPoleVectorEnv(5)
-    ref = gym.make("CartPole-v1")
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_spaces_time_limits_and_metadata_are_gymnasiums(env_id):
+    env = make_vector_env(env_id, 5)
+    ref = gym.make(GYMNASIUM_IDS[env_id])
     assert env.single_observation_space == ref.observation_space
     assert env.single_action_space == ref.action_space
-    assert env.observation_space.shape == (5, 4) and env.action_space.shape == (5,)
+    assert env.observation_space == gym.vector.utils.batch_space(ref.observation_space, 5)
+    assert env.action_space == gym.vector.utils.batch_space(ref.action_space, 5)
+    assert env.max_episode_steps == ref.spec.max_episode_steps
     assert env.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    assert env.metadata["render_fps"] == ref.metadata["render_fps"]
     obs, info = env.reset(seed=0)
     assert env.observation_space.contains(obs.numpy()) and info == {}
-    assert "num_envs=5" in repr(env)
+    assert f"{env_id}, num_envs=5" in repr(env)
+
+
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_reset_draws_gymnasiums_initial_distribution(env_id):
+    """Same bounds, and the options gymnasium's reset takes."""
+    env = make_vector_env(env_id, 4000, dtype="float64")
+    env.reset(seed=0)
+    low, high = env.state.min(0).values.numpy(), env.state.max(0).values.numpy()
+    expected = {
+        "GPUCartPole-v1": ([-0.05] * 4, [0.05] * 4),
+        "GPUAcrobot-v1": ([-0.1] * 4, [0.1] * 4),
+        "GPUMountainCar-v0": ([-0.6, 0.0], [-0.4, 0.0]),
+        "GPUMountainCarContinuous-v0": ([-0.6, 0.0], [-0.4, 0.0]),
+        "GPUPendulum-v1": ([-np.pi, -1.0], [np.pi, 1.0]),
+    }[env_id]
+    span = np.asarray(expected[1]) - np.asarray(expected[0])
+    assert np.all(low >= expected[0]) and np.all(high <= expected[1])
+    assert np.all(low - expected[0] <= 0.01 * span) and np.all(expected[1] - high <= 0.01 * span)  # all of it is used
+    options = {"x_init": 0.5, "y_init": 0.25} if env_id == "GPUPendulum-v1" else {"low": -0.01, "high": 0.01}
+    env.reset(seed=0, options=options)
+    assert env.state.abs().max() <= 0.5 + 1e-12
+    if env_id == "GPUAcrobot-v1":  # gymnasium stores Acrobot's initial state as float32
+        assert torch.equal(env.state, env.state.float().double())
 
 
 def test_torch_output_stays_on_device_and_numpy_output_is_numpy(backend):
@@ -89,6 +119,23 @@ def test_numpy_output_reports_episodes_only_when_one_ends():
     assert info["_episode"].tolist() == [True, True] and info["episode"]["l"].tolist() == [2, 2]
 
 
+def test_setting_the_state_keeps_counters_and_a_pending_reset(backend):
+    """As assigning ``env.unwrapped.state`` in gymnasium: only the physical state changes."""
+    env = CartPoleVectorEnv(2, backend=backend, max_episode_steps=3)
+    env.reset(seed=0)
+    for _ in range(3):
+        _, _, _, trunc, _ = env.step([0, 1])
+    assert trunc.all()  # both episodes ended: the next step resets them
+    env.state = np.zeros((2, 4))
+    obs, reward, term, trunc, _ = env.step([0, 1])
+    assert not reward.any() and not trunc.any() and obs.abs().max() <= 0.05 and obs.abs().max() > 0  # reset, not zeros
+    env.step([0, 1])
+    env.step([0, 1])
+    env.state = np.zeros((2, 4))
+    _, _, _, trunc, _ = env.step([0, 1])
+    assert trunc.all()  # the step count went on: third step of the episode
+
+
 def test_state_can_be_read_and_set(backend):
     env = CartPoleVectorEnv(2, backend=backend, dtype="float64")
     env.reset(seed=0)
@@ -113,4 +160,21 @@ def test_render_rgb_array_of_one_env():
     centre = env.render()
     env.render_env_index = 0
     assert not np.array_equal(env.render(), centre)  # a different env is drawn elsewhere
+
+
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_render_draws_what_gymnasium_draws_for_the_same_state(env_id):
+    pytest.importorskip("pygame")
+    env = make_vector_env(env_id, 3, render_mode="rgb_array", render_env_index=1, dtype="float64")
+    ref = gym.make(GYMNASIUM_IDS[env_id], render_mode="rgb_array").unwrapped
+    env.reset(seed=0)
+    ref.reset(seed=0)
+    env.action_space.seed(0)
+    for t in range(3):
+        action = env.action_space.sample()
+        env.step(action)
+        ref.state = env.state.numpy()[1].copy()
+        if env_id == "GPUPendulum-v1":  # it draws the last torque too
+            ref.last_u = np.clip(action[1], -2.0, 2.0)[0]
+        assert np.array_equal(env.render(), ref.render()), t
     env.close()

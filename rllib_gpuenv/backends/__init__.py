@@ -1,4 +1,4 @@
-"""Interchangeable ways to run the CartPole physics: torch, numba CPU, numba CUDA."""
+"""Interchangeable ways to execute the core step of any env: torch, numba CPU, numba CUDA."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import importlib.util
 
 import torch
 
-from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
+from rllib_gpuenv.backends.base import Backend
+from rllib_gpuenv.core.step import BoundEnv
 
 BACKENDS = ("torch", "numba-cpu", "numba-cuda")
 
@@ -29,33 +30,39 @@ def available_backends(device: torch.device) -> list[str]:
     return names
 
 
-def make_backend(
-    name: str, num_envs: int, device: torch.device, dtype: torch.dtype, threads_per_block: int | None = None
-) -> Backend:
-    """Build a backend by name; ``"auto"`` picks numba-cuda on a GPU, numba-cpu on the CPU."""
+def make_backend(name: str, env: BoundEnv, num_envs: int, device: torch.device, dtype: torch.dtype,
+                 threads_per_block: int | None = None, num_threads: int | None = None) -> Backend:  # fmt: skip
+    """Build a backend by name; ``"auto"`` picks numba-cuda on a GPU, numba-cpu on the CPU (and
+    ignores the other backend's settings, so that one config runs on either)."""
     if name == "auto":
         candidates = available_backends(device)
         name = next((n for n in ("numba-cuda", "numba-cpu") if n in candidates), "torch")
         if device.type == "cpu" and name == "numba-cuda":  # simulator: slow, never automatic
             name = "numba-cpu"
+        threads_per_block = threads_per_block if name == "numba-cuda" else None
+        num_threads = num_threads if name == "numba-cpu" else None
     if name not in BACKENDS:
         raise ValueError(
             f"unknown backend {name!r}: choose one of 'auto', {', '.join(map(repr, BACKENDS))} "
             f"(usable on {device} here: {', '.join(available_backends(device))})"
         )
+    if threads_per_block is not None and name != "numba-cuda":
+        raise ValueError(f"threads_per_block is a numba-cuda setting, but backend={name!r}: leave it unset")
+    if num_threads is not None and name != "numba-cpu":
+        raise ValueError(f"num_threads is a numba-cpu setting, but backend={name!r}: leave it unset")
     if name == "torch":
         from rllib_gpuenv.backends.torch_backend import TorchBackend
 
-        return TorchBackend(num_envs, device, dtype)
+        return TorchBackend(env, num_envs, device, dtype)
     if not _numba_installed():
         raise ValueError(f"backend {name!r} needs numba: `pip install numba` (or use backend='torch')")
     if name == "numba-cpu":
         from rllib_gpuenv.backends.numba_cpu import NumbaCPUBackend
 
-        return NumbaCPUBackend(num_envs, device, dtype)
+        return NumbaCPUBackend(env, num_envs, device, dtype, num_threads)
     from rllib_gpuenv.backends.numba_cuda import DEFAULT_THREADS_PER_BLOCK, NumbaCUDABackend
 
-    return NumbaCUDABackend(num_envs, device, dtype, threads_per_block or DEFAULT_THREADS_PER_BLOCK)
+    return NumbaCUDABackend(env, num_envs, device, dtype, threads_per_block or DEFAULT_THREADS_PER_BLOCK)
 
 
-__all__ = ["BACKENDS", "Backend", "EnvBuffers", "StepOutputs", "StepParams", "available_backends", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "available_backends", "make_backend"]

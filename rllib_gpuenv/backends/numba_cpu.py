@@ -1,70 +1,80 @@
-"""The numba CPU backend: the shared per-env step compiled to vectorised machine code.
+"""The numba CPU backend: the core step compiled to vectorised machine code, in parallel.
 
-A step is two parallel loops over the envs (``prange`` splits them across cores):
+A step is two parallel loops over the envs (``prange`` splits them across the threads):
 
 1. ``begin_episode`` for the envs whose episode ended last step (NEXT_STEP autoreset), found
    eight at a time by reading the done flags as 64-bit words: with random actions ~5% of envs
    reset per step, and the initial-state hash is too costly to compute for every env;
-2. ``advance_env`` for every env, which LLVM turns into AVX2 code (4 envs per instruction):
-   the state is structure-of-arrays, the step is branch-free and the trigonometry is
-   polynomial (``physics.sin_cos``). This needs numba's ``error_model="numpy"`` (Python's would
-   check every division for zero and leave the loop on error) and a kernel compiled for one
-   sub-step (a loop over sub-steps inside the env loop would keep LLVM from vectorising it).
+2. ``advance_env`` for every env, which LLVM turns into vector code (several envs per
+   instruction): the state is structure-of-arrays, the step is branch-free, the parameters are
+   constants and float32 trigonometry is polynomial (``core/ops.py``). This needs numba's
+   ``error_model="numpy"`` (Python's would check every division for zero and leave the loop).
 
-Float32 envs get float32 arithmetic (``single_precision``; still 4 envs per instruction, as
-the loop's integers are 64-bit and LLVM sizes the vector by its widest type) and fast-math
-(fused multiply-adds, reciprocal division, reassociation; results move by ulps); float64 envs
-get libm trigonometry and exact IEEE arithmetic, so that they match gymnasium's float64
-physics within 1e-9 over whole episodes (their loop stays scalar).
+Float32 envs get float32 arithmetic (``single_precision``) and fast-math (fused multiply-adds,
+reciprocal division, reassociation: results move by ulps); float64 envs get libm trigonometry
+and exact IEEE arithmetic, so that they match gymnasium's float64 physics to the last bits.
+
+Kernels are compiled on first use and cached on disk by numba (a kernel's name carries a digest
+of the sources and parameters it was built from, so an edit compiles afresh rather than loading
+a stale kernel). Threads: ``num_threads`` (default: the CPUs this process may run on, which
+inside a Ray actor are the ones Ray gave it).
 """
 
 from __future__ import annotations
+
+import logging
+import os
 
 import numba
 import numpy as np
 import torch
 from numba import prange
 
-from rllib_gpuenv._jit import single_precision
-from rllib_gpuenv.backends import kernel_cache
-from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
-from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode, kernel_constants
+from rllib_gpuenv.backends.base import Backend
+from rllib_gpuenv.backends.compile_log import log_first_call
+from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
+from rllib_gpuenv.core.jit import bind, use_numba
+from rllib_gpuenv.core.step import BoundEnv, KernelArguments
+
+logger = logging.getLogger(__name__)
+use_numba()
 
 # Without the NaN/inf assumptions of full fast-math: bad states must still compare as bad.
 FASTMATH = {"contract", "arcp", "reassoc", "afn"}
-
-kernel_cache.drop_if_stale(__file__)
-
-
-def _make_kernel(exact_math: int, one_substep: bool):
-    """Compile the step for float64 (``exact_math``) or float32 envs, for one or any number of
-    sub-steps. Both are compile-time constants: a libm call or a sub-step loop inside the env
-    loop would keep LLVM from vectorising it."""
-
-    def step_all(actions, state, steps, prev_done, done_words, episode, ep_return, obs, reward,
-                 terminated, truncated, final_return, final_length, final_mask,
-                 seed32, low, high, max_steps, substeps, sutton_barto, dt):  # fmt: skip
-        substeps = 1 if one_substep else substeps
-        n = state.shape[1]
-        for w in prange(done_words.shape[0]):  # done_words views prev_done[:8 * len] as words
-            if done_words[w]:
-                for i in range(8 * w, 8 * w + 8):
-                    if prev_done[i]:
-                        begin_episode(i, state, episode, seed32, low, high)
-        for i in range(8 * done_words.shape[0], n):
-            if prev_done[i]:
-                begin_episode(i, state, episode, seed32, low, high)
-        for i in prange(n):
-            advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated,
-                        truncated, final_return, final_length, final_mask,
-                        max_steps, substeps, sutton_barto, dt, exact_math)  # fmt: skip
-
-    if exact_math:
-        return numba.njit(parallel=True, nogil=True, cache=True, error_model="numpy")(step_all)
-    return numba.njit(parallel=True, nogil=True, cache=True, error_model="numpy", fastmath=FASTMATH)(single_precision(step_all))
+BEGIN_EPISODE = ADVANCE_ENV = None  # bound per env
 
 
-KERNELS = {(exact, one): _make_kernel(exact, one) for exact in (0, 1) for one in (False, True)}
+def step_all(actions, state, steps, prev_done, done_words, episode, ep_return, obs, reward,
+             terminated, truncated, final_return, final_length, final_mask, seed32, lows, highs, max_steps):  # fmt: skip
+    n = state.shape[1]
+    for w in prange(done_words.shape[0]):  # done_words views prev_done[:8 * len] as words
+        if done_words[w]:
+            for i in range(8 * w, 8 * w + 8):
+                if prev_done[i]:
+                    BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
+    for i in range(8 * done_words.shape[0], n):
+        if prev_done[i]:
+            BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
+    for i in prange(n):
+        ADVANCE_ENV(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
+                    final_return, final_length, final_mask, max_steps)  # fmt: skip
+
+
+_KERNELS: dict = {}
+
+
+def kernel_for(env: BoundEnv, dtype: torch.dtype):
+    """The compiled step of ``env`` for state of ``dtype`` (built once per process)."""
+    key = (env.definition.id, env.params, dtype)
+    if key not in _KERNELS:
+        name = env.kernel_name("step_all", dtype)
+        begin_episode, advance_env = env.kernel_functions(dtype)
+        fn = bind(step_all, name=name or "step_all", BEGIN_EPISODE=begin_episode, ADVANCE_ENV=advance_env)
+        options = dict(parallel=True, nogil=True, cache=name is not None, error_model="numpy")
+        if dtype == torch.float32:
+            options["fastmath"] = FASTMATH
+        _KERNELS[key] = numba.njit(**options)(fn)
+    return _KERNELS[key]
 
 
 def _kernel_array(tensor: torch.Tensor) -> np.ndarray:
@@ -74,45 +84,78 @@ def _kernel_array(tensor: torch.Tensor) -> np.ndarray:
     return array.view(np.uint8) if array.dtype == np.bool_ else array
 
 
-_KERNEL_DTYPES = {torch.float32: np.float32, torch.int32: np.int32, torch.bool: np.uint8}
-
-
-def _new_outputs(like: StepOutputs) -> tuple[StepOutputs, tuple[np.ndarray, ...]]:
+def _new_outputs(like: StepOutputs) -> tuple[StepOutputs, dict[str, np.ndarray]]:
     """New output tensors shaped like ``like``, and their kernel views.
 
     numpy allocates them and torch shares the memory: 7 ``np.empty`` + ``torch.from_numpy``
     take ~8 µs, 7 ``torch.empty`` + ``.numpy()`` ~22 µs, in a step of ~300 µs at 65,536 envs.
     """
-    arrays = tuple(np.empty(t.shape, _KERNEL_DTYPES[t.dtype]) for t in like)
-    tensors = (torch.from_numpy(a.view(np.bool_) if t.dtype == torch.bool else a) for a, t in zip(arrays, like))
+    arrays, tensors = {}, []
+    for name, t in zip(StepOutputs._fields, like):
+        if t.dtype == torch.bool:
+            array = arrays[name] = np.empty(t.shape, np.uint8)
+            tensors.append(torch.from_numpy(array.view(np.bool_)))
+        else:
+            array = arrays[name] = np.empty(t.shape, _NUMPY_DTYPES[t.dtype])
+            tensors.append(torch.from_numpy(array))
     return StepOutputs(*tensors), arrays
+
+
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32}
+
+
+def default_num_threads() -> int:
+    """The CPUs this process may run on (its affinity mask: what Ray, taskset or a container
+    gave it), at most numba's thread pool."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, numba.config.NUMBA_NUM_THREADS))
 
 
 class NumbaCPUBackend(Backend):
     name = "numba-cpu"
 
-    def __init__(self, num_envs: int, device: torch.device, dtype: torch.dtype):
+    def __init__(self, env: BoundEnv, num_envs: int, device: torch.device, dtype: torch.dtype, num_threads: int | None = None):
         if device.type != "cpu":
             raise ValueError(
                 f"backend 'numba-cpu' runs on the CPU, but device={device} was asked for: "
                 "use device='cpu', or backend='numba-cuda' or 'torch' for a GPU"
             )
-        super().__init__(num_envs, device, dtype)
-        self._outputs = StepOutputs.allocate(num_envs, device)
-        self._out_arrays = tuple(_kernel_array(t) for t in self._outputs)
-        self._buffers_id = None
-        self._buf_arrays: tuple[np.ndarray, ...] = ()
+        super().__init__(env, num_envs, device, dtype)
+        limit = numba.config.NUMBA_NUM_THREADS
+        if num_threads is not None and not (isinstance(num_threads, int) and 1 <= num_threads <= limit):
+            raise ValueError(f"num_threads must be an integer in 1..{limit} (numba's thread pool), got {num_threads!r}")
+        self.num_threads = num_threads or default_num_threads()
+        self._kernel = kernel_for(env, dtype)
+        self._arguments = KernelArguments(self._kernel.py_func)
+        self._outputs = StepOutputs.allocate(env.definition.obs_size, num_envs, dtype, device)
+        self._out_arrays = {name: _kernel_array(t) for name, t in self._outputs._asdict().items()}
+        self._prepared_for = None  # (buffers, constants) the prepared arguments hold
+        self._compiled = False
 
-    def step(self, buffers: EnvBuffers, actions: torch.Tensor, params: StepParams, fresh: bool) -> StepOutputs:
-        if self._buffers_id != id(buffers):  # numpy views are made once, not every step
-            arrays = [_kernel_array(t) for t in buffers.tensors()]
-            flags = arrays[2]  # prev_done
-            arrays.insert(3, flags[: flags.size // 8 * 8].view(np.uint64))
-            self._buf_arrays = tuple(arrays)
-            self._buffers_id = id(buffers)
-        outputs, out_arrays = self._outputs, self._out_arrays
+    def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
+        """Numpy views of the buffers and the constants, made when they change, not every step."""
+        arrays = {name: _kernel_array(t) for name, t in buffers.tensors().items()}
+        flags = arrays["prev_done"]
+        arrays["done_words"] = flags[: flags.size // 8 * 8].view(np.uint64)  # 8 done flags per word
+        self._arguments.prepare(actions=None, **arrays, **self._out_arrays, **constants._asdict())
+        self._prepared_for = (buffers, constants)
+
+    def step(self, buffers: EnvBuffers, actions: torch.Tensor, constants: StepConstants, fresh: bool) -> StepOutputs:
+        if self._prepared_for is None or self._prepared_for[0] is not buffers or self._prepared_for[1] is not constants:
+            self._prepare(buffers, constants)
+        outputs = self._outputs
         if fresh:  # write straight into new tensors rather than copy persistent ones
             outputs, out_arrays = _new_outputs(outputs)
-        kernel = KERNELS[params.exact_math, params.substeps == 1]
-        kernel(actions.numpy(), *self._buf_arrays, *out_arrays, *kernel_constants(params))
+            args = self._arguments.fill(actions=actions.numpy(), **out_arrays)
+        else:
+            args = self._arguments.fill(actions=actions.numpy())
+        numba.set_num_threads(self.num_threads)
+        if self._compiled:
+            self._kernel(*args)
+        else:  # the first step compiles the kernel, or loads it from numba's cache: say which
+            log_first_call(self._kernel, args, f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})")
+            self._compiled = True
         return outputs

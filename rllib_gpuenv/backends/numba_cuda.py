@@ -1,9 +1,10 @@
-"""The numba CUDA backend: one GPU thread per environment running ``numba_kernel``'s step.
+"""The numba CUDA backend: one GPU thread per environment running the core step.
 
 The kernel works on the env's torch CUDA tensors in place, through
 ``__cuda_array_interface__`` (no copies), and is launched on torch's current stream without
-the implicit synchronisation numba performs by default for foreign arrays
-(numba issue 7706), so a step costs one kernel launch and no host round trip.
+the implicit synchronisation numba performs by default for foreign arrays (numba issue 7706),
+so a step costs one kernel launch and no host round trip. ``threads_per_block`` is the CUDA
+block size (``rllib-gpuenv bench block-size`` measures the best one for a GPU).
 
 With ``NUMBA_ENABLE_CUDASIM=1`` numba simulates the GPU on the CPU: the same kernel then runs
 on CPU tensors, which is how the tests check it on machines without a GPU.
@@ -12,47 +13,51 @@ on CPU tensors, which is how the tests check it on machines without a GPU.
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from numba import config as numba_config
 from numba import cuda
 
-from rllib_gpuenv._jit import cuda_device_functions, single_precision
-from rllib_gpuenv.backends.base import Backend, EnvBuffers, StepOutputs, StepParams
-from rllib_gpuenv.backends.numba_kernel import advance_env, begin_episode, kernel_constants
+from rllib_gpuenv.backends.base import Backend
+from rllib_gpuenv.backends.compile_log import log_first_call
+from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
+from rllib_gpuenv.core.jit import bind, use_numba, cuda_device_functions
+from rllib_gpuenv.core.step import BoundEnv, KernelArguments
 
 logger = logging.getLogger(__name__)
+use_numba()
 
 SIMULATED = bool(numba_config.ENABLE_CUDASIM)
 DEFAULT_THREADS_PER_BLOCK = 256
+BEGIN_EPISODE = ADVANCE_ENV = None  # bound per env
 
 
-def step_one_env(actions, state, steps, prev_done, episode, ep_return, obs, reward,
-                terminated, truncated, final_return, final_length, final_mask,
-                seed32, low, high, max_steps, substeps, sutton_barto, dt, exact_math):  # fmt: skip
+def step_one_env(actions, state, steps, prev_done, episode, ep_return, obs, reward, terminated, truncated,
+                 final_return, final_length, final_mask, seed32, lows, highs, max_steps):  # fmt: skip
     i = cuda.grid(1)
     if i < state.shape[1]:
         if prev_done[i]:
-            begin_episode(i, state, episode, seed32, low, high)
-        advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated,
-                    truncated, final_return, final_length, final_mask,
-                    max_steps, substeps, sutton_barto, dt, exact_math)  # fmt: skip
+            BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
+        ADVANCE_ENV(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
+                    final_return, final_length, final_mask, max_steps)  # fmt: skip
 
 
-# One kernel per precision: float32 envs compute in float32 (full-rate arithmetic on every GPU).
-STEP_KERNELS = {
-    0: cuda.jit(cuda_device_functions(single_precision(step_one_env))),
-    1: cuda.jit(cuda_device_functions(step_one_env)),
-}
+def kernel_source(env: BoundEnv, dtype: torch.dtype):
+    """The Python function ``cuda.jit`` compiles for ``env`` and ``dtype`` (device functions bound)."""
+    begin_episode, advance_env = env.kernel_functions(dtype)
+    fn = bind(step_one_env, name=f"step_one_env__{env.definition.id.replace('-', '_')}",
+              BEGIN_EPISODE=begin_episode, ADVANCE_ENV=advance_env)  # fmt: skip
+    return cuda_device_functions(fn)
 
 
-def kernel_arguments(actions, buffer_arrays: Sequence, output_arrays: Sequence, params: StepParams) -> tuple:
-    """``step_one_env``'s arguments in order, from the arrays of ``EnvBuffers.tensors()`` and
-    ``StepOutputs`` (numba views on the GPU; numpy arrays give the same numba types)."""
-    return (actions, *buffer_arrays, *output_arrays, *kernel_constants(params), params.exact_math)
+_KERNELS: dict = {}
+
+
+def kernel_for(env: BoundEnv, dtype: torch.dtype):
+    key = (env.definition.id, env.params, dtype)
+    if key not in _KERNELS:
+        _KERNELS[key] = cuda.jit(kernel_source(env, dtype))
+    return _KERNELS[key]
 
 
 def cuda_available() -> bool:
@@ -73,13 +78,8 @@ def _as_kernel_array(tensor: torch.Tensor):
 class NumbaCUDABackend(Backend):
     name = "numba-cuda"
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: torch.device,
-        dtype: torch.dtype,
-        threads_per_block: int = DEFAULT_THREADS_PER_BLOCK,
-    ):
+    def __init__(self, env: BoundEnv, num_envs: int, device: torch.device, dtype: torch.dtype,
+                 threads_per_block: int = DEFAULT_THREADS_PER_BLOCK):  # fmt: skip
         if not cuda_available():
             raise RuntimeError(
                 "backend 'numba-cuda' needs a CUDA GPU that numba can use, and none was found "
@@ -93,74 +93,36 @@ class NumbaCUDABackend(Backend):
                 f"backend 'numba-cuda' runs on a CUDA device, but device={device} was asked for: "
                 "use device='cuda', or backend='numba-cpu' or 'torch' for the CPU"
             )
-        if not 1 <= threads_per_block <= 1024:
-            raise ValueError(f"threads_per_block must be in 1..1024, got {threads_per_block}")
-        super().__init__(num_envs, device, dtype)
-        self.threads_per_block = int(threads_per_block)
-        self._outputs = StepOutputs.allocate(num_envs, device)
-        self._out_arrays = tuple(_as_kernel_array(t) for t in self._outputs)
-        self._buffers_id = None
-        self._buf_arrays: tuple = ()
+        if isinstance(threads_per_block, bool) or not isinstance(threads_per_block, int) or not 1 <= threads_per_block <= 1024:
+            raise ValueError(f"threads_per_block must be an integer in 1..1024, got {threads_per_block!r}")
+        super().__init__(env, num_envs, device, dtype)
+        self.threads_per_block = threads_per_block
+        self._kernel = kernel_for(env, dtype)
+        self._arguments = KernelArguments(self._kernel.py_func)
+        self._outputs = StepOutputs.allocate(env.definition.obs_size, num_envs, dtype, device)
+        self._prepared_for = None  # (buffers, constants) the prepared arguments hold
+        self._compiled = False
 
-    def step(self, buffers: EnvBuffers, actions: torch.Tensor, params: StepParams, fresh: bool) -> StepOutputs:
-        if self._buffers_id != id(buffers):  # numba views are slow to make: once, not per step
-            self._buf_arrays = tuple(_as_kernel_array(t) for t in buffers.tensors())
-            self._buffers_id = id(buffers)
+    def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
+        """numba views of the buffers and outputs (slow to make: when they change, not per step)."""
+        views = {name: _as_kernel_array(t) for name, t in (*buffers.tensors().items(), *self._outputs._asdict().items())}
+        self._arguments.prepare(actions=None, **views, **constants._asdict())
+        self._prepared_for = (buffers, constants)
+
+    def step(self, buffers: EnvBuffers, actions: torch.Tensor, constants: StepConstants, fresh: bool) -> StepOutputs:
+        if self._prepared_for is None or self._prepared_for[0] is not buffers or self._prepared_for[1] is not constants:
+            self._prepare(buffers, constants)
         blocks = (self.num_envs + self.threads_per_block - 1) // self.threads_per_block
-        kernel = STEP_KERNELS[params.exact_math]
-        launch = kernel[blocks, self.threads_per_block]
-        if not SIMULATED:
+        if SIMULATED:
+            launch = self._kernel[blocks, self.threads_per_block]
+        else:
             stream = cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
-            launch = kernel[blocks, self.threads_per_block, stream]
-        launch(*kernel_arguments(_as_kernel_array(actions), self._buf_arrays, self._out_arrays, params))
+            launch = self._kernel[blocks, self.threads_per_block, stream]
+        args = self._arguments.fill(actions=_as_kernel_array(actions))
+        if self._compiled or SIMULATED:
+            launch(*args)
+        else:  # numba-cuda compiles on the first launch (once per process)
+            log_first_call(self._kernel, args, f"numba-cuda step of {self.env.definition.id}", call=lambda: launch(*args))
+            self._compiled = True
         # Numba views of new tensors are slow to make, so fresh outputs are copies (on the GPU).
         return self._outputs.clone() if fresh else self._outputs
-
-
-@dataclass
-class BlockSizeResult:
-    threads_per_block: int
-    env_steps_per_second: float
-
-
-def search_threads_per_block(
-    num_envs: int = 1 << 20,
-    candidates: Sequence[int] = (32, 64, 128, 256, 512, 1024),
-    steps: int = 200,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cuda",
-) -> list[BlockSizeResult]:
-    """Measure env-steps/s of the CUDA kernel for each threads-per-block value, best first.
-
-    The kernel's speed depends on the GPU and on ``num_envs`` (occupancy, tail effects), so the
-    right block size is found by measuring, as the CS267 paper did. Each candidate steps a
-    fresh env ``steps`` times with actions from a pre-made pool, timed with CUDA events.
-    """
-    from rllib_gpuenv.vector_env import CartPoleVectorEnv
-
-    results = []
-    for tpb in candidates:
-        env = CartPoleVectorEnv(
-            num_envs, backend="numba-cuda", device=device, dtype=dtype,
-            threads_per_block=tpb, reuse_outputs=True, validate_actions=False,
-        )  # fmt: skip
-        env.reset(seed=0)
-        gen = torch.Generator(device=env.device).manual_seed(0)
-        pool = torch.randint(0, 2, (8, num_envs), device=env.device, generator=gen)
-        for t in range(3):  # warm-up: compile and fill caches
-            env.step(pool[t % 8])
-        _synchronize(env.device)
-        start = time.perf_counter()
-        for t in range(steps):
-            env.step(pool[t % 8])
-        _synchronize(env.device)
-        elapsed = time.perf_counter() - start
-        results.append(BlockSizeResult(tpb, num_envs * steps / elapsed))
-        env.close()
-        logger.info("threads_per_block=%d: %.3g env-steps/s", tpb, results[-1].env_steps_per_second)
-    return sorted(results, key=lambda r: -r.env_steps_per_second)
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

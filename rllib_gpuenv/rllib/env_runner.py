@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib
 import logging
 import math
 
@@ -36,7 +37,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_gpuenv.devices import resolve_device
-from rllib_gpuenv.registration import ENV_ID
+from rllib_gpuenv.envs import env_definition, make_vector_env
 from rllib_gpuenv.rllib.gae import compute_gae
 from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv
 
@@ -81,14 +82,14 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
 def make_device_env(env_spec, num_envs: int, device: torch.device, env_config: dict) -> gym.vector.VectorEnv:
     """A vector env whose inputs and outputs are tensors on ``device``.
 
-    ``GPUCartPole-v1`` is built directly on the device; any other gymnasium id is vectorised
-    by gymnasium and wrapped in ``DeviceEnv``.
+    This package's envs (``GPUCartPole-v1``, ...) are built directly on the device; any other
+    gymnasium id is vectorised by gymnasium and wrapped in ``DeviceEnv``.
     """
     env_config = {k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output")}
-    if env_spec in (ENV_ID, f"rllib_gpuenv:{ENV_ID}"):
-        from rllib_gpuenv.vector_env import CartPoleVectorEnv
-
-        return CartPoleVectorEnv(num_envs, device=device, output="torch", reuse_outputs=True, validate_actions=False, **env_config)
+    if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
+        importlib.import_module(env_spec.split(":", 1)[0])
+    if isinstance(env_spec, str) and env_definition(env_spec) is not None:
+        return make_vector_env(env_spec, num_envs, device=device, output="torch", reuse_outputs=True, validate_actions=False, **env_config)
     if not isinstance(env_spec, str):
         raise ValueError(f"the device env runner needs a gymnasium env id, got {env_spec!r}")
     return DeviceEnv(gym.make_vec(env_spec, num_envs=num_envs, vectorization_mode="sync", **env_config), device)

@@ -13,7 +13,7 @@ so the hash is the same for Python ints, int64 torch tensors and int64 numba val
 
 from __future__ import annotations
 
-from rllib_gpuenv._jit import jitable
+from rllib_gpuenv.core.jit import jitable
 
 MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio, spreads the component index over 32 bits

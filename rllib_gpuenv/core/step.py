@@ -1,0 +1,212 @@
+"""The step every env shares, written once: NEXT_STEP autoreset, counters, time limit, returns.
+
+``advance`` is one step of one env, or of all envs at once: a pure function of numbers that
+runs on whole torch tensors (the torch backend) and on one env's numbers in numba kernels
+(one CUDA thread, or one iteration of a vectorised CPU loop). It calls the env definition's
+``step`` and ``observe`` through the global names ``ENV_STEP`` and ``ENV_OBSERVE``, which
+``BoundEnv`` binds to one env definition and one set of parameters (``PARAMS``). Every backend
+runs this same function; they differ only in how they call it.
+
+Autoreset (gymnasium's NEXT_STEP, as its ``CartPoleVectorEnv``): when an episode ends
+(``terminated`` or ``truncated``), the *next* step of that env ignores its action, starts a new
+episode and returns the new initial observation with reward 0 and both flags False. The new
+initial state is drawn first (``begin_episode``, or ``initial_states`` on tensors) from the
+counter-based hash of ``rng.py``; ``advance`` then keeps it instead of the stepped state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rllib_gpuenv.core import tuples
+from rllib_gpuenv.core.env_def import EnvDef
+from rllib_gpuenv.core.jit import bind, jitable, single_precision
+from rllib_gpuenv.core.ops import select, to_float32
+from rllib_gpuenv.core.rng import bits_to_uniform, reset_bits
+
+logger = logging.getLogger(__name__)
+
+# Bound per env by ``BoundEnv``; placeholders until then.
+ENV_STEP = ENV_OBSERVE = PARAMS = SELECT_STATE = ADVANCE = FLOAT32_INITIAL_STATE = None
+LOAD_STATE = STORE_STATE = STORE_OBS = LOAD_ACTION = None
+
+
+@jitable
+def advance(resetting, action, state, steps, ep_return, max_steps):
+    """One step after the reset draw: ``(state, obs, reward, terminated, truncated, steps, ep_return)``.
+
+    A ``resetting`` env (its episode ended on the previous step; its new initial state is
+    already in ``state``) keeps that state and reports reward 0 and no flags. The env's step
+    is computed for it anyway and discarded, which costs a vector loop less than a branch.
+    """
+    next_state, reward, terminated = ENV_STEP(state, action, PARAMS)
+    state = SELECT_STATE(resetting, state, next_state)
+    terminated = select(resetting, False, terminated)
+    steps = select(resetting, 0, steps + 1)
+    truncated = steps >= max_steps
+    reward = select(resetting, 0.0, reward)
+    ep_return = select(resetting, 0.0, ep_return + reward)
+    return state, ENV_OBSERVE(state, PARAMS), reward, terminated, truncated, steps, ep_return
+
+
+@jitable
+def initial_value(seed32, env_index, episode, component, low, high):
+    """Component ``component`` of the initial state of episode ``episode`` of env ``env_index``."""
+    return bits_to_uniform(reset_bits(seed32, env_index, episode, component), low, high)
+
+
+@jitable
+def begin_episode(i, state, episode, seed32, lows, highs):
+    """Kernels: count env ``i``'s next episode and draw its initial state into ``state``."""
+    e = episode[i] + 1
+    episode[i] = e
+    for k in range(state.shape[0]):
+        value = initial_value(seed32, i, e, k, lows[k], highs[k])
+        state[k, i] = to_float32(value) if FLOAT32_INITIAL_STATE else value
+
+
+@jitable
+def advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
+                final_return, final_length, final_mask, max_steps):  # fmt: skip
+    """Kernels: ``advance`` env ``i``, reading its numbers from the arrays and writing back.
+
+    Flags are stored as 0/1 integers: numba's alias analysis counts bool values as possible
+    aliases, and would then not mark the loop's arrays as non-overlapping, which LLVM needs to
+    vectorise the loop on a CPU.
+    """
+    new_state, new_obs, r, term, trunc, n, ret = ADVANCE(
+        prev_done[i], LOAD_ACTION(actions, i), LOAD_STATE(state, i), steps[i], ep_return[i], max_steps
+    )
+    term = 1 if term else 0
+    trunc = 1 if trunc else 0
+    done = term | trunc
+    STORE_STATE(state, i, new_state)
+    STORE_OBS(obs, i, new_obs)
+    steps[i] = n
+    ep_return[i] = ret
+    prev_done[i] = done
+    reward[i] = r
+    terminated[i] = term
+    truncated[i] = trunc
+    final_mask[i] = done
+    final_return[i] = ret if done else 0.0
+    final_length[i] = n if done else 0
+
+
+@jitable
+def _load_scalar(array, i):
+    return array[i]
+
+
+def initial_states(episode: torch.Tensor, seed32: int, lows, highs, float32: bool = False) -> torch.Tensor:
+    """Tensors: ``(S, N)`` float64 initial states of each env's episode ``episode[i]``
+    (rounded to float32 values for envs that gymnasium starts in float32)."""
+    env_index = torch.arange(episode.shape[0], device=episode.device, dtype=torch.int64)
+    # The bits as float64 first: torch would turn int64 * float into the default float32.
+    columns = [bits_to_uniform(reset_bits(seed32, env_index, episode, k).double(), low, high) for k, (low, high) in enumerate(zip(lows, highs))]
+    states = torch.stack(columns)
+    return states.float().double() if float32 else states
+
+
+def _float32_params(params):
+    """``params`` with float fields as numpy float32 (float32 kernels compute in float32)."""
+    return params._replace(**{k: np.float32(v) for k, v in params._asdict().items() if type(v) is float})
+
+
+@dataclass(frozen=True)
+class BoundEnv:
+    """One env definition with one set of parameters, bound into the core step.
+
+    ``advance`` runs on tensors (the torch backend); ``advance_env(dtype)`` is what a kernel
+    calls per env (numba backends), with float32 constants for float32 envs; ``kernel_name``
+    names a kernel built from it uniquely, for numba's on-disk cache.
+    """
+
+    definition: EnvDef
+    params: Any
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.definition.action_space(self.params), spaces.Discrete)
+
+    @property
+    def advance(self) -> Callable:
+        d = self.definition
+        return _cached(("advance", d.id, self.params), lambda: bind(
+            advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=self.params, SELECT_STATE=tuples.select_each(d.state_size)))  # fmt: skip
+
+    def kernel_functions(self, dtype: torch.dtype) -> tuple[Callable, Callable]:
+        """``(begin_episode, advance_env)`` bound to this env, as kernels call them for state of
+        ``dtype`` (with float32 constants for float32 state)."""
+        d = self.definition
+        params = _float32_params(self.params) if dtype == torch.float32 else self.params
+        space = d.action_space(self.params)
+        load_action = _load_scalar if self.discrete else tuples.load_row(int(np.prod(space.shape)))
+        bound_advance = bind(advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=params, SELECT_STATE=tuples.select_each(d.state_size))
+        begin = bind(begin_episode, FLOAT32_INITIAL_STATE=d.float32_initial_state)
+        step = bind(advance_env, ADVANCE=bound_advance, LOAD_ACTION=load_action, LOAD_STATE=tuples.load_column(d.state_size),
+                    STORE_STATE=tuples.store_column(d.state_size), STORE_OBS=tuples.store_column(d.obs_size))  # fmt: skip
+        if dtype == torch.float32:
+            return single_precision(begin), single_precision(step)
+        return begin, step
+
+    def initial_states(self, episode: torch.Tensor, constants) -> torch.Tensor:
+        """Tensors: the ``(S, N)`` float64 initial states of each env's current episode."""
+        return initial_states(episode, constants.seed32, constants.lows, constants.highs, self.definition.float32_initial_state)
+
+    def kernel_name(self, kernel: str, dtype: torch.dtype) -> str | None:
+        """``<kernel>__<env>__<dtype>__<digest of the sources and parameters>``, or None when
+        a source cannot be read (an env defined in a notebook): then nothing is cached on disk."""
+        digest = hashlib.sha256(repr((self.params, str(dtype))).encode())
+        modules = {sys.modules[f.__module__] for f in (advance, select, bits_to_uniform, tuples.load_row, bind, self.definition.step, self.definition.observe)}
+        for module in sorted(modules, key=lambda m: m.__name__):
+            try:
+                digest.update(inspect.getsource(module).encode())
+            except (OSError, TypeError):
+                return None
+        slug = "".join(c if c.isalnum() else "_" for c in self.definition.id)
+        return f"{kernel}__{slug}__{str(dtype).replace('torch.', '')}__{digest.hexdigest()[:16]}"
+
+
+_BOUND: dict = {}
+
+
+def _cached(key, make):
+    if key not in _BOUND:
+        _BOUND[key] = make()
+    return _BOUND[key]
+
+
+class KernelArguments:
+    """A kernel's parameter list filled by name: the one place where the numba backends' arrays
+    and constants meet the kernels' signatures. Per step only the arrays that change (actions,
+    fresh outputs) are put into a prepared list."""
+
+    def __init__(self, kernel: Callable):
+        self.kernel_name = kernel.__name__
+        self.names = tuple(inspect.signature(kernel).parameters)
+        self.position = {name: i for i, name in enumerate(self.names)}
+        self._prepared: list | None = None
+
+    def prepare(self, **named) -> None:
+        """Set every argument (those that change per step too, as placeholders)."""
+        missing = [n for n in self.names if n not in named]
+        if missing:
+            raise TypeError(f"{self.kernel_name} needs {missing}")
+        self._prepared = [named[n] for n in self.names]
+
+    def fill(self, **changed) -> list:
+        """The prepared arguments with ``changed`` put in (a new list)."""
+        args = list(self._prepared)
+        for name, value in changed.items():
+            args[self.position[name]] = value
+        return args

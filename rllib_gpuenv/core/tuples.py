@@ -1,0 +1,58 @@
+"""Fixed-size tuple helpers, made once per size: what lets the core step handle any env's state.
+
+Env functions take and return their state as a tuple (``x, x_dot, theta, theta_dot = state``),
+which numba compiles to plain registers. Building a tuple of a size known only at kernel-build
+time has no spelling in numba's Python subset, so these few helpers are written out for each
+size from a template, e.g. for size 2::
+
+    def load_column(array, i):       return (array[0, i], array[1, i])
+    def store_column(array, i, v):   array[0, i] = v[0]; array[1, i] = v[1]
+    def load_row(array, i):          return (to_float(array[i, 0]), to_float(array[i, 1]))
+    def select_each(c, a, b):        return (select(c, a[0], b[0]), select(c, a[1], b[1]))
+
+They are ``@jitable``: numba inlines them, and ``select_each`` runs on tensors as well.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from rllib_gpuenv.core.jit import jitable
+from rllib_gpuenv.core.ops import select, to_float
+
+
+def _make(name: str, args: str, body: str, size: int):
+    source = f"def {name}({args}):\n    {body}\n"
+    namespace = {"select": select, "to_float": to_float}
+    exec(compile(source, f"<rllib_gpuenv.core.tuples.{name}[{size}]>", "exec"), namespace)  # noqa: S102
+    return jitable(namespace[name])
+
+
+def _tuple(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+@functools.cache
+def load_column(size: int):
+    """``(array[0, i], ..., array[size - 1, i])``: env ``i`` of a structure-of-arrays buffer."""
+    return _make("load_column", "array, i", "return " + _tuple([f"array[{k}, i]" for k in range(size)]), size)
+
+
+@functools.cache
+def store_column(size: int):
+    """``array[k, i] = values[k]`` for every k."""
+    body = "; ".join(f"array[{k}, i] = values[{k}]" for k in range(size))
+    return _make("store_column", "array, i, values", body, size)
+
+
+@functools.cache
+def load_row(size: int):
+    """``(to_float(array[i, 0]), ...)``: env ``i``'s row of a ``(N, size)`` array, in the
+    kernel's float precision (float64, or float32 in float32 kernels)."""
+    return _make("load_row", "array, i", "return " + _tuple([f"to_float(array[i, {k}])" for k in range(size)]), size)
+
+
+@functools.cache
+def select_each(size: int):
+    """``select(c, a[k], b[k])`` for every k: a tuple of ``a`` where ``c``, else of ``b``."""
+    return _make("select_each", "c, a, b", "return " + _tuple([f"select(c, a[{k}], b[{k}])" for k in range(size)]), size)

@@ -1,0 +1,94 @@
+"""The env suite (one definition per file), a vector env class for each, and the registry of
+definitions that this package's ids and your own resolve through.
+
+``ENV_DEFS`` maps every id of the suite to its definition; ``add_definition`` adds your own;
+``make_vector_env`` builds any of them (or a definition given directly) as a ``GPUVectorEnv``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from rllib_gpuenv.core.env_def import EnvDef
+from rllib_gpuenv.core.vector_env import GPUVectorEnv
+from rllib_gpuenv.envs.acrobot import ACROBOT
+from rllib_gpuenv.envs.cartpole import CARTPOLE
+from rllib_gpuenv.envs.mountain_car import MOUNTAIN_CAR
+from rllib_gpuenv.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
+from rllib_gpuenv.envs.pendulum import PENDULUM
+
+ENV_DEFS: dict[str, EnvDef] = {d.id: d for d in (CARTPOLE, ACROBOT, MOUNTAIN_CAR, MOUNTAIN_CAR_CONTINUOUS, PENDULUM)}
+_DEFINITIONS: dict[str, EnvDef] = dict(ENV_DEFS)  # the suite and the user's definitions
+
+
+class CartPoleVectorEnv(GPUVectorEnv):
+    """``GPUCartPole-v1``: gymnasium's CartPole-v1 (``envs/cartpole.py``)."""
+
+    definition = CARTPOLE
+
+
+class AcrobotVectorEnv(GPUVectorEnv):
+    """``GPUAcrobot-v1``: gymnasium's Acrobot-v1 (``envs/acrobot.py``)."""
+
+    definition = ACROBOT
+
+
+class MountainCarVectorEnv(GPUVectorEnv):
+    """``GPUMountainCar-v0``: gymnasium's MountainCar-v0 (``envs/mountain_car.py``)."""
+
+    definition = MOUNTAIN_CAR
+
+
+class MountainCarContinuousVectorEnv(GPUVectorEnv):
+    """``GPUMountainCarContinuous-v0``: gymnasium's MountainCarContinuous-v0 (``envs/mountain_car_continuous.py``)."""
+
+    definition = MOUNTAIN_CAR_CONTINUOUS
+
+
+class PendulumVectorEnv(GPUVectorEnv):
+    """``GPUPendulum-v1``: gymnasium's Pendulum-v1 (``envs/pendulum.py``)."""
+
+    definition = PENDULUM
+
+
+_CLASSES: dict[EnvDef, type[GPUVectorEnv]] = {
+    cls.definition: cls
+    for cls in (CartPoleVectorEnv, AcrobotVectorEnv, MountainCarVectorEnv, MountainCarContinuousVectorEnv, PendulumVectorEnv)
+}
+
+
+def add_definition(definition: EnvDef) -> None:
+    """Make ``definition.id`` known to ``make_vector_env`` and the device env runner."""
+    if not isinstance(definition, EnvDef):
+        raise TypeError(f"expected an EnvDef, got {type(definition).__name__}")
+    known = _DEFINITIONS.get(definition.id)
+    if known is not None and known is not definition:
+        raise ValueError(f"another env definition already has the id {definition.id!r}: give yours another id")
+    _DEFINITIONS[definition.id] = definition
+
+
+def env_definition(env_id: str) -> EnvDef | None:
+    """The definition of a registered id (``"rllib_gpuenv:"`` or ``"module:"`` prefixes allowed),
+    or None for an id that is not a ``GPUVectorEnv`` (a plain gymnasium env)."""
+    return _DEFINITIONS.get(env_id.split(":", 1)[-1])
+
+
+@functools.cache
+def vector_env_class(definition: EnvDef) -> type[GPUVectorEnv]:
+    """The ``GPUVectorEnv`` subclass for a definition (the suite's named ones, or a new one)."""
+    if definition in _CLASSES:
+        return _CLASSES[definition]
+    name = "".join(c for c in definition.id.split("-")[0].split("/")[-1] if c.isalnum()) + "VectorEnv"
+    return type(name, (GPUVectorEnv,), {"definition": definition, "__doc__": f"``{definition.id}``: a user-defined env."})
+
+
+def make_vector_env(env: EnvDef | str, num_envs: int = 1, **kwargs: Any) -> GPUVectorEnv:
+    """``num_envs`` copies of ``env`` (a registered id such as ``"GPUPendulum-v1"``, or an
+    ``EnvDef``); ``kwargs`` are ``GPUVectorEnv``'s options and the env's parameters."""
+    if isinstance(env, str):
+        definition = env_definition(env)
+        if definition is None:
+            raise ValueError(f"unknown env {env!r}: known here are {', '.join(_DEFINITIONS)} (register yours with rllib_gpuenv.register_env)")
+        env = definition
+    return vector_env_class(env)(num_envs, **kwargs)
