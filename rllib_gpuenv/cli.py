@@ -29,7 +29,10 @@ def _bench_scaling(args) -> None:
     from rllib_gpuenv.bench import throughput
 
     sizes = _sizes(args.num_envs or _default_sizes("1..65536", "1..4194304"))
-    throughput.run(sizes, min_seconds=args.min_seconds, only=args.only, out_dir=args.out, plot=args.plot, rounds=args.rounds)
+    for env_id in args.env:
+        name = "scaling" if len(args.env) == 1 else f"scaling_{env_id}"
+        throughput.run(sizes, min_seconds=args.min_seconds, only=args.only, out_dir=args.out, plot=args.plot, rounds=args.rounds,
+                       env_id=env_id, reference=args.reference, name=name)  # fmt: skip
 
 
 def _bench_block_size(args) -> None:
@@ -91,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--min-seconds", type=float, default=0.5, help="time each point at least this long (over all rounds)")
     sc.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per size; each point is the median")
     sc.add_argument("--only", nargs="*", help="only contenders whose name contains one of these")
+    sc.add_argument("--env", nargs="+", default=["GPUCartPole-v1"], metavar="ID",
+                    help="env id(s) of the suite (default: %(default)s); several write scaling_<id>.* each")
+    sc.add_argument("--reference", metavar="DIR",
+                    help="another checkout of this package (a directory holding rllib_gpuenv/): its numba-cpu CartPole joins as a contender")
     bs = benchmark("block-size", "numba-cuda threads per block at several num_envs (GPU)", _bench_block_size)
     bs.add_argument("--num-envs", help="sizes (default 4096,65536,1048576,4194304)")
     bs.add_argument("--candidates", default="32,64,128,256,512,1024", help="threads-per-block values")

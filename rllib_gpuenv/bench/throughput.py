@@ -1,13 +1,18 @@
 """Scaling with the number of envs (the CS267 paper's figure 4): every backend side by side
-with the usual alternatives.
+with the usual alternatives, for any env of the suite (``--env``).
 
 Every contender is driven the same way: ``step()`` called once per step from Python, with
 actions taken from a pre-made pool on the contender's own device (no policy, no copies). The
-alternatives: gymnasium's ``SyncVectorEnv`` (one CartPoleEnv per env, a Python loop) and
+alternatives: gymnasium's ``SyncVectorEnv`` (one env object per env, a Python loop) and
 ``AsyncVectorEnv`` (one process per env: the Stable-Baselines ``SubprocVecEnv`` setup, so
-capped at a few times the core count), gymnasium's numpy ``CartPoleVectorEnv`` and a plain
-torch batched CartPole. The "turning point" of a contender is the size from which the time per
-step grows about linearly with num_envs: more envs stop being free.
+capped at a few times the core count), gymnasium's own numpy vector env where it has one
+(CartPole), and for CartPole a plain torch batched port. The "turning point" of a contender is
+the size from which the time per step grows about linearly with num_envs: more envs stop
+being free.
+
+``--reference DIR`` adds a contender from another checkout of this package (DIR holds its
+``rllib_gpuenv``): its numba-cpu CartPole, timed in its own process in the same interleaved
+rounds, so that a change is measured against the code before it in one run.
 
 The machines this runs on are shared, and another tenant can slow one contender's whole
 measurement by a third. So at each size every contender is built first, then timed in
@@ -17,9 +22,11 @@ falls on all contenders alike rather than on one, and the ratios hold up between
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -32,6 +39,8 @@ from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure,
 logger = logging.getLogger(__name__)
 
 POOL = 8  # distinct action vectors, cycled
+GYMNASIUM_IDS = {"GPUCartPole-v1": "CartPole-v1", "GPUAcrobot-v1": "Acrobot-v1", "GPUMountainCar-v0": "MountainCar-v0",
+                 "GPUMountainCarContinuous-v0": "MountainCarContinuous-v0", "GPUPendulum-v1": "Pendulum-v1"}  # fmt: skip
 
 
 @dataclass
@@ -42,35 +51,33 @@ class Contender:
     max_envs: int = 1 << 30
 
 
-def _ours(backend: str, device: str, **kwargs) -> Callable:
-    def make(n: int):
-        from rllib_gpuenv import CartPoleVectorEnv
+def _action_pool(space, device) -> torch.Tensor:
+    space.seed(0)
+    return torch.stack([torch.as_tensor(space.sample()) for _ in range(POOL)]).to(device)
 
-        env = CartPoleVectorEnv(n, backend=backend, device=device, **kwargs)
+
+def _ours(env_id: str, backend: str, device: str, **kwargs) -> Callable:
+    def make(n: int):
+        from rllib_gpuenv import make_vector_env
+
+        env = make_vector_env(env_id, n, backend=backend, device=device, **kwargs)
         env.reset(seed=0)
-        gen = torch.Generator().manual_seed(0)
-        pool = torch.randint(0, 2, (POOL, n), generator=gen).to(env.device)
+        pool = _action_pool(env.action_space, env.device)
         return lambda i: env.step(pool[i % POOL])
 
     return make
 
 
-def _gymnasium_numpy(n: int):
-    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv as GymCartPoleVectorEnv
+def _gymnasium(env_id: str, mode: str) -> Callable:
+    """gymnasium's own vectorisation of the env ``env_id`` reproduces (``vector_entry_point``:
+    its numpy vector env, where it has one)."""
 
-    env = GymCartPoleVectorEnv(num_envs=n)
-    env.reset(seed=0)
-    pool = np.random.default_rng(0).integers(0, 2, (POOL, n))
-    return lambda i: env.step(pool[i % POOL])
-
-
-def _gymnasium_vector(kind: str) -> Callable:
     def make(n: int):
         import gymnasium as gym
 
-        env = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode=kind)
+        env = gym.make_vec(GYMNASIUM_IDS[env_id], num_envs=n, vectorization_mode=mode)
         env.reset(seed=0)
-        pool = np.random.default_rng(0).integers(0, 2, (POOL, n))
+        pool = _action_pool(env.action_space, "cpu").numpy()
         step = lambda i: env.step(pool[i % POOL])  # noqa: E731
         step.close = env.close
         return step
@@ -89,33 +96,97 @@ def _plain_torch(device: str) -> Callable:
     return make
 
 
-def contenders(with_gpu: bool) -> list[Contender]:
+_REFERENCE_WORKER = """
+import json, sys, time, torch
+from rllib_gpuenv import CartPoleVectorEnv
+envs = {}
+for line in sys.stdin:
+    n, calls = json.loads(line)
+    if n not in envs:
+        env = CartPoleVectorEnv(n, backend="numba-cpu")
+        env.reset(seed=0)
+        pool = torch.randint(0, 2, (8, n), generator=torch.Generator().manual_seed(0))
+        for i in range(3):
+            env.step(pool[i % 8])
+        envs = {n: (env, pool)}
+    env, pool = envs[n]
+    start = time.perf_counter()
+    for i in range(calls):
+        env.step(pool[i % 8])
+    print(json.dumps((time.perf_counter() - start) / calls), flush=True)
+"""
+
+
+def _reference(checkout: str) -> Callable:
+    """numba-cpu CartPole of another checkout, stepped in a process of its own (it has the same
+    package name): each call of the returned step function times ``calls`` steps there."""
+
+    def make(n: int):
+        environ = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
+        worker = subprocess.Popen([sys.executable, "-c", _REFERENCE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=environ, cwd=os.path.abspath(checkout))  # fmt: skip
+
+        def timed(calls: int) -> float:
+            worker.stdin.write(json.dumps([n, calls]) + "\n")
+            worker.stdin.flush()
+            line = worker.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the reference checkout {checkout} failed to step CartPoleVectorEnv(numba-cpu)")
+            return json.loads(line)
+
+        def close():
+            worker.stdin.close()
+            worker.wait(timeout=60)
+
+        timed.seconds_per_call = True
+        timed.close = close
+        return timed
+
+    return make
+
+
+def contenders(env_id: str, with_gpu: bool, reference: str | None = None) -> list[Contender]:
     from rllib_gpuenv.backends import available_backends
 
     cores = os.cpu_count() or 1
+    numpy_vector = env_id == "GPUCartPole-v1"  # gymnasium has a numpy vector env for CartPole only
     found = [
-        Contender("gymnasium SyncVectorEnv", _gymnasium_vector("sync"), "cpu", max_envs=4096),
-        Contender("gymnasium AsyncVectorEnv", _gymnasium_vector("async"), "cpu", max_envs=max(4, 4 * cores)),
-        Contender("gymnasium numpy", _gymnasium_numpy, "cpu", max_envs=1 << 20),
-        Contender("plain torch (cpu)", _plain_torch("cpu"), "cpu"),
-        Contender("ours: torch (cpu)", _ours("torch", "cpu"), "cpu"),
-        Contender("ours: numba-cpu", _ours("numba-cpu", "cpu"), "cpu"),
-        # As the device env runner drives it: outputs reused, action checks off.
-        Contender("ours: numba-cpu (reuse, no checks)", _ours("numba-cpu", "cpu", reuse_outputs=True, validate_actions=False), "cpu"),
+        Contender("gymnasium SyncVectorEnv", _gymnasium(env_id, "sync"), "cpu", max_envs=4096),
+        Contender("gymnasium AsyncVectorEnv", _gymnasium(env_id, "async"), "cpu", max_envs=max(4, 4 * cores)),
     ]
+    if numpy_vector:
+        found += [
+            Contender("gymnasium numpy", _gymnasium(env_id, "vector_entry_point"), "cpu", max_envs=1 << 20),
+            Contender("plain torch (cpu)", _plain_torch("cpu"), "cpu"),
+        ]
+    found += [
+        Contender("ours: torch (cpu)", _ours(env_id, "torch", "cpu"), "cpu"),
+        Contender("ours: numba-cpu", _ours(env_id, "numba-cpu", "cpu"), "cpu"),
+        # As the device env runner drives it: outputs reused, action checks off.
+        Contender("ours: numba-cpu (reuse, no checks)", _ours(env_id, "numba-cpu", "cpu", reuse_outputs=True, validate_actions=False), "cpu"),
+    ]
+    if reference and numpy_vector:
+        found.append(Contender(f"reference numba-cpu ({os.path.basename(os.path.abspath(reference))})", _reference(reference), "cpu"))
     if with_gpu:
         gpu = "cuda"
-        found += [
-            Contender("plain torch (cuda)", _plain_torch(gpu), gpu),
-            Contender("ours: torch (cuda)", _ours("torch", gpu), gpu),
-        ]
+        if numpy_vector:
+            found.append(Contender("plain torch (cuda)", _plain_torch(gpu), gpu))
+        found.append(Contender("ours: torch (cuda)", _ours(env_id, "torch", gpu), gpu))
         if "numba-cuda" in available_backends(torch.device(gpu)):
-            found.append(Contender("ours: numba-cuda", _ours("numba-cuda", gpu), gpu))
+            found.append(Contender("ours: numba-cuda", _ours(env_id, "numba-cuda", gpu), gpu))
             found.append(
                 Contender("ours: numba-cuda (reuse, no checks)",
-                          _ours("numba-cuda", gpu, reuse_outputs=True, validate_actions=False), gpu)
+                          _ours(env_id, "numba-cuda", gpu, reuse_outputs=True, validate_actions=False), gpu)
             )  # fmt: skip
     return found
+
+
+def _time_turn(step, seconds: float, calls: int, device: str) -> float:
+    """Seconds per step of one contender for one interleaved turn."""
+    if getattr(step, "seconds_per_call", False):  # timed in its own process
+        per_call = step(max(1, calls))
+        return step(max(calls, int(seconds / per_call)))
+    return time_calls(step, seconds, calls, device=device)
 
 
 def run(
@@ -127,6 +198,8 @@ def run(
     plot: bool = False,
     name: str = "scaling",
     rounds: int = 5,
+    env_id: str = "GPUCartPole-v1",
+    reference: str | None = None,
 ) -> list[dict]:
     """Measure every contender at every size; print a table; write JSON/CSV (and a PNG).
 
@@ -134,19 +207,19 @@ def run(
     interleaved turns (see the module doc).
     """
     with_gpu = torch.cuda.is_available()
-    chosen = [c for c in contenders(with_gpu) if not only or any(o in c.name for o in only)]
+    chosen = [c for c in contenders(env_id, with_gpu, reference) if not only or any(o in c.name for o in only)]
     rows = []
     for n in num_envs:
         here = [c for c in chosen if n <= c.max_envs and not (c.device == "cpu" and n > (1 << 20))]
-        print(f"  num_envs={n:>9,}: {len(here)} contenders, {rounds} interleaved rounds", file=sys.stderr, flush=True)
+        print(f"  {env_id} num_envs={n:>9,}: {len(here)} contenders, {rounds} interleaved rounds", file=sys.stderr, flush=True)
         steps = {c.name: c.make(n) for c in here}
         turns: dict[str, list[float]] = {c.name: [] for c in here}
         for _ in range(rounds):
             for c in here:
-                turns[c.name].append(time_calls(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), device=c.device))
+                turns[c.name].append(_time_turn(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), c.device))
         for c in here:
             seconds = statistics.median(turns[c.name])
-            rows.append({"contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds,
+            rows.append({"env": env_id, "contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds,
                          "seconds_per_step_by_round": turns[c.name]})  # fmt: skip
             print(f"    {c.name:<38} {n / seconds:,.0f} env-steps/s", file=sys.stderr)
             getattr(steps[c.name], "close", lambda: None)()
@@ -155,7 +228,7 @@ def run(
     print(summary(rows))
     print("\nturning points (time per step grows ~linearly from here on)\n"
           + format_table(["contender", "num_envs"], [[c, n] for c, n in turning.items()]))  # fmt: skip
-    meta = {"num_envs": num_envs, "min_seconds": min_seconds, "rounds": rounds, "turning_points": turning}
+    meta = {"env": env_id, "num_envs": num_envs, "min_seconds": min_seconds, "rounds": rounds, "turning_points": turning, "reference": reference}
     report(rows, out_dir, name, meta, plot=(lambda: plot_scaling(rows, out_dir, name, turning)) if plot else None)
     return rows
 
@@ -186,9 +259,10 @@ def summary(rows: list[dict]) -> str:
     table = [[n] + [rate.get((c, n)) for c in names] for n in sizes]
     text = "env-steps per second (higher is better)\n" + format_table(["num_envs"] + names, table)
     ratios = []
+    reference = next((c for c in names if c.startswith("reference")), None)
     for fast, slow in [("ours: numba-cpu", "plain torch (cpu)"), ("ours: numba-cpu", "gymnasium numpy"),
                        ("ours: numba-cpu (reuse, no checks)", "gymnasium numpy"), ("ours: numba-cpu", "gymnasium SyncVectorEnv"),
-                       ("ours: numba-cpu", "gymnasium AsyncVectorEnv"),
+                       ("ours: numba-cpu", "gymnasium AsyncVectorEnv"), ("ours: numba-cpu", reference),
                        ("ours: numba-cuda", "plain torch (cuda)"), ("ours: numba-cuda", "ours: torch (cuda)")]:  # fmt: skip
         for n in sizes:
             if (fast, n) in rate and (slow, n) in rate:

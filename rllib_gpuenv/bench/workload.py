@@ -35,7 +35,7 @@ def run(num_envs: list[int], substeps: list[int], min_seconds: float = 0.3, out_
                 continue
             for k in substeps:
                 print(f"  {label:<14} num_envs={n:>9,} substeps={k:>4} ...", end="", file=sys.stderr, flush=True)
-                seconds = time_calls(_ours(backend, device, substeps=k)(n), min_seconds, 10, device=device)
+                seconds = time_calls(_ours("GPUCartPole-v1", backend, device, substeps=k)(n), min_seconds, 10, device=device)
                 rows.append({"backend": label, "num_envs": n, "substeps": k, "seconds_per_step": seconds})
                 print(f" {seconds * 1e3:.3f} ms", file=sys.stderr)
     print(summary(rows))
