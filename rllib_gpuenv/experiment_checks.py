@@ -16,7 +16,7 @@ import math
 import os
 import logging
 import re
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from rllib_gpuenv.experiment_errors import key_error
 from rllib_gpuenv.legacy import METRIC_RENAMES
@@ -105,12 +105,17 @@ def flatten_settings(settings: dict, sections: Iterable[str] = ()) -> dict:
     return flat
 
 
-def check_values(flat_settings: dict, where: str, labels: dict | None = None) -> None:
+def key_label(key: str, from_command_line: Collection[str] = ()) -> str:
+    """How errors name a setting (``devices.env_runners``), saying so when ``--config`` set it."""
+    return f"{key} (from --config)" if key.split(".", 1)[0] in from_command_line else key
+
+
+def check_values(flat_settings: dict, where: str, from_command_line: Collection[str] = ()) -> None:
     """Reject values that RLlib would accept and a trial would fail on."""
     for key, value in flat_settings.items():
         problem = _value_problem(key.rsplit(".", 1)[-1], value)
         if problem:
-            raise key_error(where, (labels or {}).get(key, key), problem)
+            raise key_error(where, key_label(key, from_command_line), problem)
 
 
 def one_line(err: BaseException) -> str:
@@ -139,14 +144,14 @@ def blamed_key(message: str, flat_settings: dict, config: Any) -> str:
     return "config"
 
 
-def validate_config(config: Any, flat_settings: dict, where: str, labels: dict | None = None) -> None:
+def validate_config(config: Any, flat_settings: dict, where: str, from_command_line: Collection[str] = ()) -> None:
     """RLlib's own ``validate()`` on a copy, before Ray starts; its errors in the one-line format."""
     try:
         config.copy(copy_frozen=False).validate()
     except (ValueError, TypeError, AssertionError, KeyError) as err:
         message = one_line(err)
         key = blamed_key(message, flat_settings, config)
-        raise key_error(where, (labels or {}).get(key, key), message) from None
+        raise key_error(where, key_label(key, from_command_line), message) from None
 
 
 def check_name(name: str, where: str) -> None:

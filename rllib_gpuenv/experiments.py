@@ -30,7 +30,7 @@ import itertools
 import logging
 import os
 import runpy
-from typing import Any
+from typing import Any, Collection
 
 import yaml
 
@@ -40,6 +40,7 @@ from rllib_gpuenv.experiment_checks import (
     check_values,
     flatten_settings,
     is_search_space,
+    key_label,
     one_line,
     validate_config,
 )
@@ -236,13 +237,11 @@ def prepare_settings(config: Any, settings: dict, where: str) -> dict:
     return settings
 
 
-def set_settings(config: Any, settings: dict, where: str, labels: dict | None = None):
+def set_settings(config: Any, settings: dict, where: str, from_command_line: Collection[str] = ()):
     """Apply prepared settings through RLlib's config methods (their own value checks run)."""
-    labels = labels or {}
-    check_values(flatten_settings(settings, METHOD_SECTIONS), where, labels)
+    check_values(flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
     setters = _setter_of(type(config))
     for key, value in settings.items():
-        label = labels.get(key, key)
         try:
             if key in METHOD_SECTIONS:
                 getattr(config, key)(**value)
@@ -251,14 +250,14 @@ def set_settings(config: Any, settings: dict, where: str, labels: dict | None = 
             else:
                 config.update_from_dict({key: value})
         except (TypeError, ValueError, AssertionError) as err:
-            raise key_error(where, label, one_line(err)) from None
+            raise key_error(where, key_label(key, from_command_line), one_line(err)) from None
     return config
 
 
-def apply_config(config, settings: dict, source: str, labels: dict | None = None):
+def apply_config(config, settings: dict, source: str, from_command_line: Collection[str] = ()):
     """Apply a ``config:`` section (old names translated) to an AlgorithmConfig; unknown keys
     and bad values are errors naming ``source`` and the key."""
-    return set_settings(config, prepare_settings(config, dict(settings), source), source, labels)
+    return set_settings(config, prepare_settings(config, dict(settings), source), source, from_command_line)
 
 
 def _variants(settings: dict) -> list[dict]:
@@ -270,23 +269,23 @@ def _variants(settings: dict) -> list[dict]:
     return [spec["config"] for _, spec in itertools.islice(generate_variants({"config": settings}), MAX_VALIDATED_VARIANTS)]
 
 
-def build_config(run: Any, env: Any, settings: dict, where: str, labels: dict | None = None):
+def build_config(run: Any, env: Any, settings: dict, where: str, from_command_line: Collection[str] = ()):
     """The algorithm config of an experiment, every variant validated by RLlib before Ray starts."""
     config = algorithm_config(run, where)
     env = rllib_env_id(env, where)
     config.environment(env)
     settings = prepare_settings(config, settings, where)
-    set_settings(config, settings, where, labels)
+    set_settings(config, settings, where, from_command_line)
     _vectorize_our_env(config)
     variants = _variants(settings)
     if variants == [settings]:
-        validate_config(config, flatten_settings(settings, METHOD_SECTIONS), where, labels)
+        validate_config(config, flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
         return config
     for variant in variants:  # Tune resolves the search space per trial: each trial's config must be valid
         candidate = algorithm_config(run, where).environment(env)
-        set_settings(candidate, variant, where, labels)
+        set_settings(candidate, variant, where, from_command_line)
         _vectorize_our_env(candidate)
-        validate_config(candidate, flatten_settings(variant, METHOD_SECTIONS), where, labels)
+        validate_config(candidate, flatten_settings(variant, METHOD_SECTIONS), where, from_command_line)
     return config
 
 
@@ -337,11 +336,10 @@ def experiment_from_spec(
     if not isinstance(settings, dict):
         raise key_error(where, "config", f"expected a mapping of AlgorithmConfig settings, got {settings!r}")
     settings = {**settings, **(config_overrides or {})}
-    labels = {k: f"{k} (from --config)" for k in config_overrides or {}}
     env = spec.get("env", settings.pop("env", None))
     if env is None:
         raise key_error(where, "env", "missing: the env, e.g. env: GPUCartPole-v1")
-    config = build_config(spec["run"], env, settings, where, labels)
+    config = build_config(spec["run"], env, settings, where, from_command_line=set(config_overrides or {}))
     stop = {**_stop(spec.get("stop") or {}, where), **_stop(stop_overrides or {}, "--stop")}
     check_stop(stop, config, where, allow_no_stop)
     num_samples = spec.get("num_samples", 1)
@@ -391,9 +389,9 @@ def _python_experiment(path: str, config_overrides=None, stop_overrides=None, al
         raise key_error(where, "config", f"a Python experiment file must define `config`, an AlgorithmConfig (got {type(config).__name__})")
     config.environment(rllib_env_id(config.env, where))
     if config_overrides:
-        apply_config(config, config_overrides, where, {k: f"{k} (from --config)" for k in config_overrides})
+        apply_config(config, config_overrides, where, from_command_line=set(config_overrides))
     _vectorize_our_env(config)
-    validate_config(config, dict(config_overrides or {}), where)
+    validate_config(config, dict(config_overrides or {}), where, from_command_line=set(config_overrides or {}))
     stop = {**_stop(dict(namespace.get("stop") or {}), where), **_stop(stop_overrides or {}, "--stop")}
     check_stop(stop, config, where, allow_no_stop)
     return Experiment(name=name, config=config, stop=stop)

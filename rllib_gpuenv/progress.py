@@ -49,7 +49,7 @@ class ResultRows(ProgressReporter):
         self._last: dict[str, tuple[int, float, float]] = {}  # trial id -> (iteration, env steps, time)
         self._configs_shown: set[str] = set()
         self._ended: set[str] = set()
-        self._header_shown = False
+        self._width = 0  # of the trial column: the longest trial name seen when the header was printed
 
     def should_report(self, trials, done: bool = False) -> bool:
         return any(self._has_news(t) for t in trials)
@@ -64,6 +64,9 @@ class ResultRows(ProgressReporter):
         )
 
     def report(self, trials, done: bool, *sys_info: str) -> None:
+        if not self._width and any((t.last_result or {}).get(TRAINING_ITERATION) for t in trials):
+            self._width = max(len(str(t)) for t in trials)
+            self._print(f"{'trial':<{self._width}} {'iter':>5} {'return':>8} {'env steps':>11} {'env-steps/s':>11} {'time (s)':>9}")
         for trial in trials:
             if self.show_config and trial.trial_id not in self._configs_shown and trial.status != "PENDING":
                 self._configs_shown.add(trial.trial_id)
@@ -89,10 +92,7 @@ class ResultRows(ProgressReporter):
         self._last[trial.trial_id] = (iteration, steps, seconds)
         value = lookup(result, RETURN)
         ret = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.1f}"
-        if not self._header_shown:
-            self._header_shown = True
-            self._print(f"{'trial':<32} {'iter':>5} {'return':>8} {'env steps':>11} {'env-steps/s':>11} {'time (s)':>9}")
-        self._print(f"{str(trial):<32} {iteration:>5} {ret:>8} {_count(steps):>11} {_count(rate):>11} {seconds:>9.1f}")
+        self._print(f"{str(trial):<{self._width}} {iteration:>5} {ret:>8} {_count(steps):>11} {_count(rate):>11} {seconds:>9.1f}")
 
     def _print_config(self, trial) -> None:
         self._print(f"{trial} config:")

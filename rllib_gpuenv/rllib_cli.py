@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import yaml
@@ -69,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train RLlib algorithms from experiment files or the command line (rllib_gpuenv's `rllib`).",
         epilog="Run `rllib <command> --help` for a command's options.",
     )
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_train_command(subparsers)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_train_command(sub)
     return parser
 
 
@@ -90,7 +91,7 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument("--storage-path", "--local-dir", dest="storage_path", help="where Tune writes results (default ~/ray_results)")
     train.add_argument("--checkpoint-freq", type=int, help="checkpoint every N iterations")
     train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
-    train.add_argument("--ray-address", help="join this Ray cluster (default: the job's cluster, else a local one)")
+    train.add_argument("--ray-address", help="join this Ray cluster (default: the job's cluster inside `ray job submit`, else a new local one)")
     train.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance")
     train.add_argument("--ray-num-gpus", type=int, help="GPUs of a local Ray instance")
     train.add_argument("-v", "--verbose", action="count", default=1, help="-v: also each trial's config; -vv: also Tune's trial messages")
@@ -156,7 +157,10 @@ def train_command(args) -> int:
             experiment.checkpoint_config["checkpoint_frequency"] = args.checkpoint_freq
         if args.checkpoint_at_end:
             experiment.checkpoint_config["checkpoint_at_end"] = True
-    ray.init(address=args.ray_address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus, ignore_reinit_error=True)
+    # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
+    # own, never some other `ray start` cluster that happens to run on this machine.
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    ray.init(address=address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus, ignore_reinit_error=True)
     for experiment in experiments:  # all of them fit, or none runs
         if experiment.resource_search is None:
             check_fits_cluster(experiment)

@@ -178,6 +178,16 @@ def test_bad_experiment_files_name_the_file_experiment_and_key(tmp_path, body, m
     assert "\n" not in str(err.value)
 
 
+def test_command_line_overrides_are_checked_and_named(tmp_path):
+    path = write(tmp_path, "x: {run: DevicePPO, env: GPUCartPole-v1, stop: {training_iteration: 1}, config: {minibatch_size: 128}}")
+    (exp,) = load_experiments(path, config_overrides={"minibatch_size": 256}, stop_overrides={"episode_reward_mean": 50})
+    assert exp.config.minibatch_size == 256 and exp.stop == {"training_iteration": 1, "env_runners/episode_return_mean": 50}
+    with pytest.raises(ExperimentError, match=r"exp.yaml: experiment 'x': minibatch_size \(from --config\): minibatch_size=100 does not divide"):
+        load_experiments(path, config_overrides={"minibatch_size": 100})
+    with pytest.raises(ExperimentError, match=r"exp.yaml: experiment 'x': devices.env_runners \(from --config\): device 'cuda:7'"):
+        load_experiments(path, config_overrides={"devices": {"env_runners": "cuda:7"}})
+
+
 def test_stop_metrics_nested_paths_and_custom_callbacks(tmp_path, caplog):
     good = {"training_iteration": 3, "time_total_s": 60, "env_runners/episode_return_mean": 100, "num_env_steps_sampled_lifetime": 10_000,
             "evaluation/env_runners/episode_return_mean": 100, "learners/default_policy/policy_loss": 0.0,
