@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import difflib
 import functools
+import logging
 import math
 import os
-import logging
 import re
 from typing import Any, Collection, Iterable
 

@@ -260,10 +260,15 @@ def apply_config(config, settings: dict, source: str, from_command_line: Collect
     return set_settings(config, prepare_settings(config, dict(settings), source), source, from_command_line)
 
 
+def _contains_search_space(value: Any) -> bool:
+    if is_search_space(value):
+        return True
+    return isinstance(value, dict) and any(_contains_search_space(v) for v in value.values())
+
+
 def _variants(settings: dict) -> list[dict]:
-    """The settings of each grid-search/sampled variant Tune would run (at most MAX_VALIDATED_VARIANTS)."""
-    if not any(is_search_space(v) for v in flatten_settings(settings, METHOD_SECTIONS).values()):
-        return [settings]
+    """The settings of each variant Tune would run of a grid search or sampled space (at most
+    MAX_VALIDATED_VARIANTS): each trial's config must be valid, not the unresolved one."""
     from ray.tune.search.variant_generator import generate_variants
 
     return [spec["config"] for _, spec in itertools.islice(generate_variants({"config": settings}), MAX_VALIDATED_VARIANTS)]
@@ -277,16 +282,27 @@ def build_config(run: Any, env: Any, settings: dict, where: str, from_command_li
     settings = prepare_settings(config, settings, where)
     set_settings(config, settings, where, from_command_line)
     _vectorize_our_env(config)
-    variants = _variants(settings)
-    if variants == [settings]:
+    if not _contains_search_space(settings):
         validate_config(config, flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
         return config
-    for variant in variants:  # Tune resolves the search space per trial: each trial's config must be valid
+    for variant in _variants(settings):
         candidate = algorithm_config(run, where).environment(env)
         set_settings(candidate, variant, where, from_command_line)
         _vectorize_our_env(candidate)
         validate_config(candidate, flatten_settings(variant, METHOD_SECTIONS), where, from_command_line)
     return config
+
+
+def _validate_python_config(config: Any, where: str, overrides: dict) -> None:
+    """A Python file's config validated as Tune will run it: each variant of its search spaces."""
+    settings = config.to_dict()
+    if not _contains_search_space(settings):
+        check_values(settings, where, set(overrides))
+        validate_config(config, overrides, where, from_command_line=set(overrides))
+        return
+    for variant in _variants(settings):
+        check_values(variant, where, set(overrides))
+        validate_config(type(config)().update_from_dict(variant), overrides, where, from_command_line=set(overrides))
 
 
 # --- experiments --------------------------------------------------------------------------------
@@ -391,7 +407,7 @@ def _python_experiment(path: str, config_overrides=None, stop_overrides=None, al
     if config_overrides:
         apply_config(config, config_overrides, where, from_command_line=set(config_overrides))
     _vectorize_our_env(config)
-    validate_config(config, dict(config_overrides or {}), where, from_command_line=set(config_overrides or {}))
+    _validate_python_config(config, where, dict(config_overrides or {}))
     stop = {**_stop(dict(namespace.get("stop") or {}), where), **_stop(stop_overrides or {}, "--stop")}
     check_stop(stop, config, where, allow_no_stop)
     return Experiment(name=name, config=config, stop=stop)

@@ -228,6 +228,15 @@ def test_python_experiment_file(tmp_path):
     """, name="bad.py")  # fmt: skip
     with pytest.raises(ExperimentError, match=r"bad.py: experiment '../escape': name: "):
         load_experiments(bad)
+    grid = write(tmp_path, """
+        from ray import tune
+        from ray.rllib.algorithms.ppo import PPOConfig
+        config = PPOConfig().environment("CartPole-v1").training(lr=tune.grid_search([1e-3, 1e-4]), num_epochs=tune.grid_search([1, 0]))
+        stop = {"training_iteration": 1}
+    """, name="grid.py")  # fmt: skip
+    with pytest.raises(ExperimentError, match=r"grid.py: experiment 'grid': num_epochs: must be a positive integer, got 0"):
+        load_experiments(grid)  # every variant Tune would run is checked
+    assert load_experiments(grid, config_overrides={"num_epochs": 2})[0].config.lr == {"grid_search": [1e-3, 1e-4]}
 
 
 def test_our_env_ids_reach_rllib_module_qualified_without_tune():
