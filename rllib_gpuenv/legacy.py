@@ -221,6 +221,7 @@ def translate_config(settings: dict, config: Any, where: str) -> dict:
     from ray.rllib.algorithms.algorithm_config import DEPRECATED_VALUE
 
     out: dict = {}
+    model_moves: dict = {}
     for key, value in settings.items():
         if key in TRANSITION_FLAGS:
             _warn(where, key, f"dropped: an RLlib transition flag ({TRANSITION_FLAGS[key]})")
@@ -237,15 +238,13 @@ def translate_config(settings: dict, config: Any, where: str) -> dict:
             continue
         if key == "vf_share_layers":  # old PPO/APPO put it next to the model
             _warn(where, key, "moved to model_config.vf_share_layers")
-            out.setdefault("model_config", {})["vf_share_layers"] = value
+            model_moves[key] = value
             continue
         if key in CONFIG_RENAMES:
             new = CONFIG_RENAMES[key]
             if value is None and key.endswith("_schedule"):
                 continue  # "no schedule": today's constant value stays
             _warn(where, key, f"called {new!r} today; using that")
-            if new == "model_config" and isinstance(value, dict) and isinstance(out.get(new), dict):
-                value = {**value, **out[new]}
             key = new
         elif key in OLD_STACK_SETTINGS or (key in IMPALA_OLD_STACK_SETTINGS and _is_impala(config)):
             hint = OLD_STACK_SETTINGS.get(key) or IMPALA_OLD_STACK_SETTINGS[key]
@@ -255,6 +254,8 @@ def translate_config(settings: dict, config: Any, where: str) -> dict:
             _warn(where, key, "dropped: RLlib deprecated it and no longer reads it")
             continue
         out[key] = value
+    if model_moves:
+        out["model_config"] = {**(out.get("model_config") or {}), **model_moves}
     return out
 
 
