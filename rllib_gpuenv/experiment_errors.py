@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class ExperimentError(ValueError):
-    """A bad experiment file or command line, with the file, experiment and key it concerns."""
+    """A bad experiment file or command line, with the file, experiment and key it concerns
+    (one line per mistake when several experiments are bad)."""
 
 
 def key_error(where: str, key: str, problem: str) -> ExperimentError:

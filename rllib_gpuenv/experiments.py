@@ -375,7 +375,9 @@ def experiment_from_spec(
 def load_experiments(
     path: str | os.PathLike, *, config_overrides: dict | None = None, stop_overrides: dict | None = None, allow_no_stop: bool = False,
 ) -> list[Experiment]:  # fmt: skip
-    """Every experiment of a YAML file (old ``rllib train`` format) or a Python file, checked."""
+    """Every experiment of a YAML file (old ``rllib train`` format) or a Python file, checked.
+
+    A bad file raises one ``ExperimentError`` with one line per bad experiment."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ExperimentError(f"{path}: no such experiment file")
@@ -390,7 +392,15 @@ def load_experiments(
     if not isinstance(experiments, dict) or not experiments:
         raise ExperimentError(f"{path}: expected experiments as {{name: {{run, env, stop, config}}}}")
     base_dir = os.path.dirname(os.path.abspath(path))
-    return [experiment_from_spec(str(name), spec, path, base_dir, **overrides) for name, spec in experiments.items()]
+    loaded, errors = [], []
+    for name, spec in experiments.items():  # every experiment's mistake, not only the first one's
+        try:
+            loaded.append(experiment_from_spec(str(name), spec, path, base_dir, **overrides))
+        except ExperimentError as err:
+            errors.append(str(err))
+    if errors:
+        raise ExperimentError("\n".join(errors))
+    return loaded
 
 
 def _python_experiment(path: str, config_overrides=None, stop_overrides=None, allow_no_stop=False) -> Experiment:

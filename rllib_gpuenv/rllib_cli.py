@@ -121,10 +121,10 @@ def experiments_from_args(args) -> list:
     from rllib_gpuenv.experiments import inline_experiment, load_experiments
 
     _check_framework(args.framework)
-    for option in ("num_samples", "checkpoint_freq"):
-        value = getattr(args, option)
-        if value is not None and value < (1 if option == "num_samples" else 0):
-            raise ExperimentError(f"--{option.replace('_', '-')} {value}: must be a positive integer")
+    if args.num_samples is not None and args.num_samples < 1:
+        raise ExperimentError(f"--num-samples {args.num_samples}: must be a positive integer")
+    if args.checkpoint_freq is not None and args.checkpoint_freq < 0:
+        raise ExperimentError(f"--checkpoint-freq {args.checkpoint_freq}: must be 0 (never) or a positive integer")
     files = _experiment_files(args)
     if files and (args.algo or args.env):
         raise ExperimentError("give either experiment files or --algo/--env, not both")
@@ -140,7 +140,7 @@ def experiments_from_args(args) -> list:
         except ExperimentError as err:
             errors.append(str(err))
     if errors:
-        raise ExperimentError("\nrllib: error: ".join(errors))
+        raise ExperimentError("\n".join(errors))
     return experiments
 
 
@@ -185,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ExperimentError as err:
-        print(f"rllib: error: {err}", file=sys.stderr)
+    except ExperimentError as err:  # one line per mistake
+        for line in str(err).splitlines():
+            print(f"rllib: error: {line}", file=sys.stderr)
         return 2
 
 

@@ -178,6 +178,18 @@ def test_bad_experiment_files_name_the_file_experiment_and_key(tmp_path, body, m
     assert "\n" not in str(err.value)
 
 
+def test_every_bad_experiment_of_a_file_is_named_at_once(tmp_path):
+    path = write(tmp_path, """
+        a: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}, config: {gamma: 2}}
+        b: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}}
+        c: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}, config: {num_epochs: 0}}
+    """)
+    with pytest.raises(ExperimentError) as err:
+        load_experiments(path)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 2 and "experiment 'a': gamma:" in lines[0] and "experiment 'c': num_epochs:" in lines[1]
+
+
 def test_command_line_overrides_are_checked_and_named(tmp_path):
     path = write(tmp_path, "x: {run: DevicePPO, env: GPUCartPole-v1, stop: {training_iteration: 1}, config: {minibatch_size: 128}}")
     (exp,) = load_experiments(path, config_overrides={"minibatch_size": 256}, stop_overrides={"episode_reward_mean": 50})
