@@ -1,35 +1,54 @@
 """``rllib``: the command line RLlib used to ship, kept alive for experiment files.
 
     rllib train file configs/gpu_cartpole_ppo.yaml          # an experiment file (YAML or Python)
-    rllib train --algo PPO --env GPUCartPole-v1 \\
-        --config '{"num_env_runners": 0}' --stop '{"training_iteration": 5}'
+    rllib train -f old_tuned_example.yaml                   # the old spelling
+    rllib train --algo PPO --env GPUCartPole-v1 --stop '{"training_iteration": 2}'
 
-Experiments run with Ray Tune: progress as Tune shows it, results in Tune's storage
-(``~/ray_results`` unless ``--storage-path``). Old key and metric names are translated with a
-warning; unknown algorithms, envs and keys are errors naming the file and key. An experiment
-with a ``resource_search`` section runs the Tune resource search (``rllib_gpuenv.tune_resources``).
+Every file and setting is checked before Ray starts: a mistake is one line,
+``rllib: error: <file>: experiment '<name>': <key>: <problem and fix>``. Old key and metric names,
+RLlib's transition flags and old-stack settings are translated or dropped with a warning each
+(``rllib_gpuenv.legacy``). Experiments run with Ray Tune, one progress row per result; results
+go to Tune's storage (``~/ray_results`` unless ``--storage-path``). An experiment with a
+``resource_search`` section runs the Tune resource search (``rllib_gpuenv.tune_resources``).
 Inside ``ray job submit`` the command joins the job's cluster.
+
+Subcommands register themselves in ``build_parser`` through one ``add_<name>_command(subparsers)``
+function each.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import yaml
 
-from rllib_gpuenv.experiments import (
-    Experiment,
-    ExperimentError,
-    apply_config,
-    inline_experiment,
-    load_experiments,
-    run_experiment,
-    translate_metric,
-)
+from rllib_gpuenv.experiment_errors import ExperimentError
 
 logger = logging.getLogger(__name__)
+
+TRAIN_DESCRIPTION = """\
+Run experiments with Ray Tune, from files or from --algo/--env.
+
+  rllib train file EXPERIMENTS.yaml|.py [MORE FILES] [options]     (or: rllib train -f FILE)
+  rllib train --algo PPO --env GPUCartPole-v1 [--config JSON] [--stop JSON] [options]
+
+A YAML file holds {name: {run, env, stop, config, num_samples, checkpoint_config, storage_path,
+resource_search}}; `config` holds AlgorithmConfig settings (DevicePPO adds `devices` and
+`device_rollouts`). A Python file defines `config` (an AlgorithmConfig) and `stop`.
+
+Old files run: renamed keys (num_workers, num_envs_per_worker, sgd_minibatch_size, num_sgd_iter,
+model, lr_schedule, episode_reward_mean, timesteps_total, local_dir, checkpoint_freq, ...) are
+translated; RLlib's transition flags (_enable_learner_api, enable_connectors, use_pytorch, ...)
+and settings only the old API stack read are dropped, each with a warning that names the
+replacement; observation_filter: MeanStdFilter becomes RLlib's MeanStdFilter connector.
+
+Everything is checked before Ray starts; a mistake is one line naming file, experiment and key.
+A run needs a stop criterion on a metric RLlib or Tune reports (--no-stop runs until Ctrl-C).
+Progress: one row per result (return, env steps, env-steps/s, time); -v adds each trial's config.
+With `resource_search`, Tune tries the resource settings and writes the best as a file."""
 
 
 def _mapping(text: str) -> dict:
@@ -37,74 +56,100 @@ def _mapping(text: str) -> dict:
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ExperimentError(f"not a JSON mapping: {text!r} ({err})") from None
+        raise argparse.ArgumentTypeError(f"not a JSON mapping: {text!r} ({' '.join(str(err).split())})") from None
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ExperimentError(f"expected a JSON mapping such as '{{\"lr\": 0.001}}', got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a JSON mapping such as '{{\"lr\": 0.001}}', got {text!r}")
     return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rllib",
-        description="Train RLlib algorithms from experiment files or the command line (rllib_gpuenv's `rllib train`).",
-        epilog="Run `rllib train --help` for the experiment file format and every option.",
+        description="Train RLlib algorithms from experiment files or the command line (rllib_gpuenv's `rllib`).",
+        epilog="Run `rllib <command> --help` for a command's options.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser(
-        "train",
-        help="run experiments with Ray Tune",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Run experiments with Ray Tune, from a file or from --algo/--env.\n\n"
-            "  rllib train file EXPERIMENTS.yaml|.py [options]\n"
-            "  rllib train --algo PPO --env GPUCartPole-v1 [--config JSON] [--stop JSON] [options]\n\n"
-            "A YAML file holds {name: {run, env, stop, config, num_samples, checkpoint_config, storage_path,\n"
-            "resource_search}}; `config` holds AlgorithmConfig settings (DevicePPO adds `devices` and\n"
-            "`device_rollouts`). A Python file defines `config` (an AlgorithmConfig) and `stop`.\n"
-            "Old names (num_workers, num_envs_per_worker, sgd_minibatch_size, num_sgd_iter, model,\n"
-            "episode_reward_mean, timesteps_total, local_dir, checkpoint_freq, ...) are translated with a\n"
-            "warning. With `resource_search`, Tune tries the resource settings and writes the best as a file."
-        ),
-    )
-    train.add_argument("source", nargs="*", metavar="file PATH", help="`file` followed by an experiment file")
-    train.add_argument("--algo", "--run", dest="algo", help="algorithm: DevicePPO, PPO, APPO, DQN, ... (without a file)")
-    train.add_argument("--env", help="env id (without a file), e.g. GPUCartPole-v1 or CartPole-v1")
-    train.add_argument("--config", type=_mapping, default={}, help="JSON mapping of AlgorithmConfig settings; with a file, overrides its config")
-    train.add_argument("--stop", type=_mapping, default={}, help="JSON mapping of stop criteria, e.g. '{\"training_iteration\": 10}'; with a file, overrides its stop")
-    train.add_argument("--num-samples", type=int, help="trials per experiment")
-    train.add_argument("--storage-path", help="where Tune writes results (default ~/ray_results)")
-    train.add_argument("--checkpoint-freq", type=int, help="checkpoint every N iterations")
-    train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
-    train.add_argument("--ray-address", help="join this Ray cluster (default: the job's cluster, else a local one)")
-    train.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance")
-    train.add_argument("--ray-num-gpus", type=int, help="GPUs of a local Ray instance")
-    train.add_argument("-v", "--verbose", action="count", default=1, help="more output (Tune's verbosity)")
-    train.set_defaults(func=train_command)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_train_command(sub)
     return parser
 
 
-def experiments_from_args(args) -> list[Experiment]:
+def add_train_command(subparsers) -> argparse.ArgumentParser:
+    train = subparsers.add_parser(
+        "train", help="run experiments with Ray Tune", formatter_class=argparse.RawDescriptionHelpFormatter, description=TRAIN_DESCRIPTION
+    )
+    train.add_argument("source", nargs="*", metavar="file PATH", help="`file` followed by one or more experiment files")
+    train.add_argument("-f", "--config-file", action="append", default=[], metavar="PATH", help="an experiment file (old spelling of `file PATH`)")
+    train.add_argument("--algo", "--run", dest="algo", help="algorithm: DevicePPO, PPO, APPO, DQN, ... (without a file)")
+    train.add_argument("--env", help="env id (without a file), e.g. GPUCartPole-v1 or CartPole-v1")
+    train.add_argument("--config", type=_mapping, default={}, help="JSON mapping of AlgorithmConfig settings; with a file, overrides its config")
+    train.add_argument("--stop", type=_mapping, default={}, help="JSON mapping of stop criteria, e.g. '{\"training_iteration\": 10}'; with a file, added to its stop")
+    train.add_argument("--no-stop", action="store_true", help="allow experiments without stop criteria (they run until interrupted)")
+    train.add_argument("--framework", help="accepted for old command lines: torch is the only framework")
+    train.add_argument("--num-samples", type=int, help="trials per experiment")
+    train.add_argument("--storage-path", "--local-dir", dest="storage_path", help="where Tune writes results (default ~/ray_results)")
+    train.add_argument("--checkpoint-freq", type=int, help="checkpoint every N iterations")
+    train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
+    train.add_argument("--ray-address", help="join this Ray cluster (default: the job's cluster inside `ray job submit`, else a new local one)")
+    train.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance")
+    train.add_argument("--ray-num-gpus", type=int, help="GPUs of a local Ray instance")
+    train.add_argument("-v", "--verbose", action="count", default=1, help="-v: also each trial's config; -vv: also Tune's trial messages")
+    train.set_defaults(func=train_command)
+    return train
+
+
+def _experiment_files(args) -> list[str]:
+    files = list(args.config_file)
     if args.source:
-        if args.source[0] != "file" or len(args.source) != 2:
-            raise ExperimentError(f"expected `rllib train file PATH`, got `rllib train {' '.join(args.source)}`")
-        if args.algo or args.env:
-            raise ExperimentError("give either an experiment file or --algo/--env, not both")
-        experiments = load_experiments(args.source[1])
-        for experiment in experiments:
-            apply_config(experiment.config, dict(args.config), "--config")
-            experiment.stop.update({translate_metric(k, "--stop"): v for k, v in args.stop.items()})
-        return experiments
-    if not (args.algo and args.env):
+        if args.source[0] != "file" or len(args.source) < 2:
+            raise ExperimentError(f"expected `rllib train file PATH [PATH ...]` or `rllib train -f PATH`, got `rllib train {' '.join(args.source)}`")
+        files += args.source[1:]
+    return files
+
+
+def _check_framework(framework: str | None) -> None:
+    if framework in (None, "torch"):
+        return
+    if framework in ("tf", "tf2", "tfe"):
+        raise ExperimentError(f"--framework {framework}: RLlib's new API stack runs torch only: drop --framework (or pass --framework torch)")
+    raise ExperimentError(f"--framework {framework}: unknown framework; torch is the only one: drop --framework")
+
+
+def experiments_from_args(args) -> list:
+    """Every experiment the command line asks for, each checked; all errors at once, one line each."""
+    from rllib_gpuenv.experiments import inline_experiment, load_experiments
+
+    _check_framework(args.framework)
+    if args.num_samples is not None and args.num_samples < 1:
+        raise ExperimentError(f"--num-samples {args.num_samples}: must be a positive integer")
+    if args.checkpoint_freq is not None and args.checkpoint_freq < 0:
+        raise ExperimentError(f"--checkpoint-freq {args.checkpoint_freq}: must be 0 (never) or a positive integer")
+    files = _experiment_files(args)
+    if files and (args.algo or args.env):
+        raise ExperimentError("give either experiment files or --algo/--env, not both")
+    if not files and not (args.algo and args.env):
         raise ExperimentError("give an experiment file (`rllib train file PATH`) or both --algo and --env")
-    return [inline_experiment(args.algo, args.env, args.config, args.stop)]
+    overrides = dict(stop_overrides=args.stop, allow_no_stop=args.no_stop)
+    if not files:
+        return [inline_experiment(args.algo, args.env, args.config, args.stop, allow_no_stop=args.no_stop)]
+    experiments, errors = [], []
+    for path in files:
+        try:
+            experiments += load_experiments(path, config_overrides=args.config, **overrides)
+        except ExperimentError as err:
+            errors.append(str(err))
+    if errors:
+        raise ExperimentError("\n".join(errors))
+    return experiments
 
 
 def train_command(args) -> int:
     import ray
 
-    experiments = experiments_from_args(args)
+    from rllib_gpuenv.experiments import check_fits_cluster, run_experiment
+
+    experiments = experiments_from_args(args)  # every check before Ray starts
     for experiment in experiments:
         if args.num_samples is not None:
             experiment.num_samples = args.num_samples
@@ -112,7 +157,13 @@ def train_command(args) -> int:
             experiment.checkpoint_config["checkpoint_frequency"] = args.checkpoint_freq
         if args.checkpoint_at_end:
             experiment.checkpoint_config["checkpoint_at_end"] = True
-    ray.init(address=args.ray_address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus, ignore_reinit_error=True)
+    # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
+    # own, never some other `ray start` cluster that happens to run on this machine.
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    ray.init(address=address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus, ignore_reinit_error=True)
+    for experiment in experiments:  # all of them fit, or none runs
+        if experiment.resource_search is None:
+            check_fits_cluster(experiment)
     for experiment in experiments:
         if experiment.resource_search is not None:
             from rllib_gpuenv.tune_resources import search_resources
@@ -123,7 +174,8 @@ def train_command(args) -> int:
         errors = [r.error for r in results if r.error is not None]
         print(f"experiment {experiment.name!r}: {len(results)} trial(s), results in {results.experiment_path}")
         if errors:
-            print(f"{len(errors)} trial(s) failed: {errors[0]}", file=sys.stderr)
+            last_line = (str(errors[0]).strip().splitlines() or [type(errors[0]).__name__])[-1]
+            print(f"rllib: error: experiment {experiment.name!r}: {len(errors)} trial(s) failed, the first with: {last_line}", file=sys.stderr)
             return 1
     return 0
 
@@ -133,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ExperimentError as err:
-        print(f"rllib: error: {err}", file=sys.stderr)
+    except ExperimentError as err:  # one line per mistake
+        for line in str(err).splitlines():
+            print(f"rllib: error: {line}", file=sys.stderr)
         return 2
 
 

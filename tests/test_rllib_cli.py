@@ -1,22 +1,31 @@
-"""`rllib train`: old-format experiment files, legacy names, bad input, real Tune runs."""
+"""`rllib train`: old-format experiment files, legacy names, checks before Ray starts, real Tune runs."""
 
+import csv
+import glob
+import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
+import gymnasium as gym
 import pytest
 
+from rllib_gpuenv.experiment_checks import is_known_metric, known_metric_names
 from rllib_gpuenv.experiments import ExperimentError, check_fits_cluster, inline_experiment, load_experiments
+from rllib_gpuenv.legacy import TRANSITION_FLAGS, mean_std_filter_connector
 from rllib_gpuenv.rllib import DevicePPO
 
 from conftest import ROOT
 
 CONFIGS = os.path.join(ROOT, "configs")
+OLD_EXPERIMENTS = os.path.join(ROOT, "tests", "old_experiments")
+ERROR_LINE = re.compile(r"^rllib: error: .+: experiment '[^']+': [^:]+: .+$")
 
 
-def rllib(*args, timeout=300) -> subprocess.CompletedProcess:
+def rllib(*args, timeout=900) -> subprocess.CompletedProcess:
     """The installed-style command: python -m rllib_gpuenv.rllib_cli (what the `rllib` script runs)."""
     env = {**os.environ, "PYTHONPATH": ROOT, "RAY_DEDUP_LOGS": "0"}
     return subprocess.run([sys.executable, "-m", "rllib_gpuenv.rllib_cli", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)  # fmt: skip
@@ -26,6 +35,26 @@ def write(tmp_path, text, name="exp.yaml"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
     return str(path)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("rllib: error:")]
+
+
+def trial_progress(experiment_dir) -> list[list[dict]]:
+    """Each trial's progress.csv rows (one per reported iteration)."""
+    return [list(csv.DictReader(open(p))) for p in sorted(glob.glob(os.path.join(experiment_dir, "*", "progress.csv")))]
+
+
+def assert_every_reported_metric_is_a_known_stop_metric(experiment_dir, config):
+    """What Tune recorded is what a stop criterion may name: the known-metric set covers it all."""
+    names = known_metric_names(config)
+    for rows in trial_progress(experiment_dir):
+        unknown = [k for k in rows[0] if not k.startswith("config/") and not is_known_metric(k, names)]
+        assert not unknown, unknown
+
+
+# --- loading and checking files (no Ray) ---------------------------------------------------------
 
 
 def test_every_shipped_config_loads():
@@ -49,39 +78,149 @@ def test_legacy_keys_and_metrics_are_translated_with_warnings(tmp_path, caplog):
             sgd_minibatch_size: 64
             num_sgd_iter: 3
             lambda: 0.9
-            model: {fcnet_hiddens: [32, 32]}
+            lr_schedule: [[0, 0.001], [10000, 0.0001]]
+            model: {fcnet_hiddens: [32, 32], post_fcnet_hiddens: [16], custom_model: my_model}
     """)
-    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv.experiments"):
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
         (exp,) = load_experiments(path)
     c = exp.config
     assert (c.num_env_runners, c.num_envs_per_env_runner, c.minibatch_size, c.num_epochs, c.lambda_) == (1, 4, 64, 3, 0.9)
-    assert c.model_config["fcnet_hiddens"] == [32, 32]
+    assert c.lr == [[0, 0.001], [10000, 0.0001]]
+    assert c.model_config["fcnet_hiddens"] == [32, 32] and c.model_config["head_fcnet_hiddens"] == [16]
+    assert "custom_model" not in c.model_config
     assert exp.stop == {"env_runners/episode_return_mean": 150, "env_runners/num_env_steps_sampled_lifetime": 100000}
     assert exp.checkpoint_config == {"checkpoint_frequency": 5} and exp.storage_path == str(tmp_path / "results")
     warned = caplog.text
-    for old in ("num_workers", "num_envs_per_worker", "sgd_minibatch_size", "num_sgd_iter", "'model'", "episode_reward_mean",
-                "timesteps_total", "local_dir", "checkpoint_freq", "framework"):  # fmt: skip
+    for old in ("num_workers", "num_envs_per_worker", "sgd_minibatch_size", "num_sgd_iter", " model:", "lr_schedule",
+                "stop.episode_reward_mean", "stop.timesteps_total", "local_dir", "checkpoint_freq", "framework",
+                "model_config.post_fcnet_hiddens", "model_config.custom_model: dropped"):  # fmt: skip
         assert old in warned, old
+
+
+def test_transition_flags_and_old_stack_settings_are_dropped_with_one_warning_each(tmp_path, caplog):
+    flags = "\n".join(f"    {flag}: true" for flag in TRANSITION_FLAGS)
+    path = write(tmp_path, f"""
+x:
+  run: DQN
+  env: CartPole-v1
+  stop: {{training_iteration: 1}}
+  config:
+{flags}
+    observation_filter: MeanStdFilter
+    exploration_config: {{type: EpsilonGreedy, initial_epsilon: 1.0, final_epsilon: 0.1, epsilon_timesteps: 500}}
+    sample_async: true
+    remote_worker_envs: true
+    compress_observations: true
+    synchronize_filters: true
+    prioritized_replay: true
+    """)  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        (exp,) = load_experiments(path)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("rllib_gpuenv")]
+    for key in [*TRANSITION_FLAGS, "sample_async", "remote_worker_envs", "compress_observations", "synchronize_filters", "prioritized_replay"]:
+        named = [line for line in lines if f": {key}: " in line]
+        assert len(named) == 1 and "dropped" in named[0], (key, named)
+    filter_line = next(line for line in lines if ": observation_filter: " in line)
+    assert "MeanStdFilter env-to-module connector" in filter_line
+    assert exp.config._env_to_module_connector is mean_std_filter_connector
+    assert exp.config.epsilon == [[0, 1.0], [500, 0.1]]
+    assert exp.config.enable_rl_module_and_learner and exp.config.enable_env_runner_and_connector_v2
+
+
+def test_observation_filter_on_device_ppo_is_an_error(tmp_path):
+    path = write(tmp_path, "x: {run: DevicePPO, env: GPUCartPole-v1, stop: {training_iteration: 1}, config: {observation_filter: MeanStdFilter}}")
+    with pytest.raises(ExperimentError, match=r"exp.yaml: experiment 'x': observation_filter: MeanStdFilter needs an env-to-module connector, and DevicePPO's env runner runs none"):  # fmt: skip
+        load_experiments(path)
+
+
+STOP = "stop: {training_iteration: 1}"
 
 
 @pytest.mark.parametrize(
     "body, message",
     [
-        ("x: {run: NoSuchAlgo, env: CartPole-v1}", r"exp.yaml: experiment 'x': unknown algorithm run='NoSuchAlgo'; available: DevicePPO.*PPO"),
-        ("x: {run: PPO, env: CartPoel-v1}", r"exp.yaml: experiment 'x': unknown env 'CartPoel-v1'; did you mean CartPole-v1"),
-        ("x: {run: PPO, env: CartPole-v1, config: {num_env_runer: 2}}", r"exp.yaml: experiment 'x': config key 'num_env_runer' is not a PPOConfig setting; did you mean num_env_runners"),
-        ("x: {run: PPO, env: CartPole-v1, stopp: {}}", r"exp.yaml: experiment 'x': unknown key\(s\) \['stopp'\]"),
-        ("x: {run: PPO, env: CartPole-v1, config: {devices: {learner: cpu}}}", r"'devices' needs run: DevicePPO"),
-        ("x: {run: DevicePPO, env: GPUCartPole-v1, config: {devices: {learnr: cpu}}}", r"config key 'devices':.*learnr"),
-        ("x: {run: PPO, env: CartPole-v1, config: {model: {fcnet_hidens: [8]}}}", r"model_config key\(s\) \['fcnet_hidens'\]"),
+        (f"x: {{run: NoSuchAlgo, env: CartPole-v1, {STOP}}}", r"exp.yaml: experiment 'x': run: unknown algorithm 'NoSuchAlgo'; available: DevicePPO.*PPO"),
+        (f"x: {{run: PPO, env: CartPoel-v1, {STOP}}}", r"exp.yaml: experiment 'x': env: unknown env 'CartPoel-v1'; did you mean CartPole-v1"),
+        (f"x: {{run: PPO, env: Pendulum-v0, {STOP}}}", r"exp.yaml: experiment 'x': env: Environment version v0 for `Pendulum` is deprecated. Please use `Pendulum-v1`"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{num_env_runer: 2}}}}", r"exp.yaml: experiment 'x': num_env_runer: not a PPOConfig setting; did you mean num_env_runners"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, stopp: {{}}}}", r"exp.yaml: experiment 'x': stopp: not an experiment key; did you mean stop\?"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{devices: {{learner: cpu}}}}}}", r"experiment 'x': devices: a DevicePPO section: needs run: DevicePPO"),
+        (f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{devices: {{learnr: cpu}}}}}}", r"experiment 'x': devices: .*learnr"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{model: {{fcnet_hidens: [8]}}}}}}", r"experiment 'x': model_config.fcnet_hidens: not a DefaultModelConfig field; did you mean fcnet_hiddens"),
+        # values (issue 17): RLlib's validate() and the checks RLlib does not make, before Ray starts
+        (f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{device_rollouts: {{rollout_length: 0}}}}}}", r"experiment 'x': device_rollouts.rollout_length: must be a positive integer, got 0"),
+        (f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{minibatch_size: 100}}}}", r"experiment 'x': minibatch_size: minibatch_size=100 does not divide the per-learner batch of 2048 env steps: use a divisor such as 128"),
+        (f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{devices: {{env_runners: 'cuda:7'}}}}}}", r"experiment 'x': devices.env_runners: device 'cuda:7' asked for, but .*GPU"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{num_envs_per_env_runner: 0}}}}", r"experiment 'x': num_envs_per_env_runner: must be a positive integer, got 0"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{minibatch_size: 100000}}}}", r"experiment 'x': minibatch_size: `minibatch_size` \(100000\) must be <= `train_batch_size_per_learner` \(4000\)"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{gamma: 1.5}}}}", r"experiment 'x': gamma: must be a number in \[0, 1\], got 1.5"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{lr: [[0, 0.1], [100, -1]]}}}}", r"experiment 'x': lr: must be a number > 0 or a schedule"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{batch_mode: whole_episodes}}}}", r"experiment 'x': batch_mode: `batch_mode` \(whole_episodes\) must be one of"),
+        (f"x: {{run: APPO, env: CartPole-v1, {STOP}, config: {{vtrace: false}}}}", r"experiment 'x': vtrace: IMPALA and APPO do NOT support vtrace=False anymore! Set `config.training\(vtrace=True\)`.$"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{seed: {{grid_search: [1, 2]}}, num_epochs: {{grid_search: [1, 0]}}}}}}", r"experiment 'x': num_epochs: must be a positive integer, got 0"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, num_samples: 0}}", r"experiment 'x': num_samples: must be a positive integer, got 0"),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, checkpoint_config: {{checkpoint_frequncy: 2}}}}", r"experiment 'x': checkpoint_config: .*checkpoint_frequncy"),
+        # stop criteria and names
+        ("x: {run: PPO, env: CartPole-v1, stop: {env_runners/episode_retrun_mean: 100}}", r"experiment 'x': stop.env_runners/episode_retrun_mean: no RLlib or Tune result has this metric; did you mean env_runners/episode_return_mean"),
+        ("x: {run: PPO, env: CartPole-v1, stop: {training_iteration: ten}}", r"experiment 'x': stop.training_iteration: the threshold must be a number, got 'ten'"),
+        ("x: {run: PPO, env: CartPole-v1}", r"experiment 'x': stop: no stop criteria, so the run would never end: .* or pass --no-stop"),
+        (f"'../../../x': {{run: PPO, env: CartPole-v1, {STOP}}}", r"experiment '../../../x': name: '../../../x' is not a plain directory name"),
+        (f"'/tmp/x': {{run: PPO, env: CartPole-v1, {STOP}}}", r"experiment '/tmp/x': name: .* is not a plain directory name"),
+        (f"'..': {{run: PPO, env: CartPole-v1, {STOP}}}", r"experiment '..': name: '..' is not a plain directory name"),
         ("x: [run: PPO\n", r"exp.yaml: not valid YAML"),
         ("- just a list", r"exp.yaml: expected experiments as"),
     ],
 )
-def test_bad_experiment_files_name_the_file_and_key(tmp_path, body, message):
+def test_bad_experiment_files_name_the_file_experiment_and_key(tmp_path, body, message):
     path = write(tmp_path, body)
-    with pytest.raises(ExperimentError, match=message):
+    with pytest.raises(ExperimentError, match=message) as err:
         load_experiments(path)
+    assert "\n" not in str(err.value)
+
+
+def test_every_bad_experiment_of_a_file_is_named_at_once(tmp_path):
+    path = write(tmp_path, """
+        a: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}, config: {gamma: 2}}
+        b: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}}
+        c: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}, config: {num_epochs: 0}}
+    """)
+    with pytest.raises(ExperimentError) as err:
+        load_experiments(path)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 2 and "experiment 'a': gamma:" in lines[0] and "experiment 'c': num_epochs:" in lines[1]
+
+
+def test_command_line_overrides_are_checked_and_named(tmp_path):
+    path = write(tmp_path, "x: {run: DevicePPO, env: GPUCartPole-v1, stop: {training_iteration: 1}, config: {minibatch_size: 128}}")
+    (exp,) = load_experiments(path, config_overrides={"minibatch_size": 256}, stop_overrides={"episode_reward_mean": 50})
+    assert exp.config.minibatch_size == 256 and exp.stop == {"training_iteration": 1, "env_runners/episode_return_mean": 50}
+    with pytest.raises(ExperimentError, match=r"exp.yaml: experiment 'x': minibatch_size \(from --config\): minibatch_size=100 does not divide"):
+        load_experiments(path, config_overrides={"minibatch_size": 100})
+    with pytest.raises(ExperimentError, match=r"exp.yaml: experiment 'x': devices.env_runners \(from --config\): device 'cuda:7'"):
+        load_experiments(path, config_overrides={"devices": {"env_runners": "cuda:7"}})
+
+
+def test_stop_metrics_nested_paths_and_custom_callbacks(tmp_path, caplog):
+    good = {"training_iteration": 3, "time_total_s": 60, "env_runners/episode_return_mean": 100, "num_env_steps_sampled_lifetime": 10_000,
+            "evaluation/env_runners/episode_return_mean": 100, "learners/default_policy/policy_loss": 0.0,
+            "env_runners/num_env_steps_sampled_lifetime_throughput/throughput_since_last_reduce": 1e6,
+            "episodes_total": 100}  # fmt: skip
+    exp = inline_experiment("PPO", "CartPole-v1", stop=good)
+    assert exp.stop["env_runners/num_episodes_lifetime"] == 100
+    with pytest.raises(ExperimentError, match=r"stop.env_runners/my_metric: no RLlib or Tune result has this metric"):
+        inline_experiment("PPO", "CartPole-v1", stop={"env_runners/my_metric": 1})
+    # With callbacks of its own, an experiment may stop on what they log: a warning, not an error.
+    path = write(tmp_path, """
+        from ray.rllib.algorithms.ppo import PPOConfig
+        from ray.rllib.callbacks.callbacks import RLlibCallback
+        config = PPOConfig().environment("CartPole-v1").callbacks(RLlibCallback)
+        config.callbacks_on_episode_end = lambda **kwargs: None
+        stop = {"env_runners/my_metric": 1}
+    """, name="custom.py")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        (exp,) = load_experiments(path)
+    assert "stop.env_runners/my_metric: no RLlib or Tune result has this metric" in caplog.text and "assuming your callbacks log it" in caplog.text
+    assert load_experiments(write(tmp_path, "x: {run: PPO, env: CartPole-v1}"), allow_no_stop=True)[0].stop == {}
 
 
 def test_python_experiment_file(tmp_path):
@@ -92,13 +231,53 @@ def test_python_experiment_file(tmp_path):
     """, name="my_exp.py")  # fmt: skip
     (exp,) = load_experiments(path)
     assert exp.name == "my_exp" and exp.algo_class is DevicePPO and exp.stop == {"env_runners/episode_return_mean": 100}
+    assert exp.config.env == "rllib_gpuenv:GPUCartPole-v1"
+    bad = write(tmp_path, """
+        from ray.rllib.algorithms.ppo import PPOConfig
+        config = PPOConfig().environment("CartPole-v1").training(minibatch_size=8000)
+        stop = {"training_iteration": 1}
+        name = "../escape"
+    """, name="bad.py")  # fmt: skip
+    with pytest.raises(ExperimentError, match=r"bad.py: experiment '../escape': name: "):
+        load_experiments(bad)
+    grid = write(tmp_path, """
+        from ray import tune
+        from ray.rllib.algorithms.ppo import PPOConfig
+        config = PPOConfig().environment("CartPole-v1").training(lr=tune.grid_search([1e-3, 1e-4]), num_epochs=tune.grid_search([1, 0]))
+        stop = {"training_iteration": 1}
+    """, name="grid.py")  # fmt: skip
+    with pytest.raises(ExperimentError, match=r"grid.py: experiment 'grid': num_epochs: must be a positive integer, got 0"):
+        load_experiments(grid)  # every variant Tune would run is checked
+    assert load_experiments(grid, config_overrides={"num_epochs": 2})[0].config.lr == {"grid_search": [1e-3, 1e-4]}
+
+
+def test_our_env_ids_reach_rllib_module_qualified_without_tune():
+    """Any gymnasium id whose entry points live in rllib_gpuenv goes to RLlib as
+    "rllib_gpuenv:<id>" (trial processes import the package themselves; no Tune registry)."""
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    stock = inline_experiment("PPO", "GPUCartPole-v1", stop={"training_iteration": 1}).config
+    assert stock.env == "rllib_gpuenv:GPUCartPole-v1" and stock.gym_env_vectorize_mode == "vector_entry_point"
+    assert inline_experiment("DevicePPO", "rllib_gpuenv:GPUCartPole-v1", stop={"training_iteration": 1}).config.env == "rllib_gpuenv:GPUCartPole-v1"
+    assert inline_experiment("PPO", "CartPole-v1", stop={"training_iteration": 1}).config.env == "CartPole-v1"
+    gym.register("GPUCartPoleTestOnly-v0", vector_entry_point="rllib_gpuenv.registration:make_vector_env", max_episode_steps=500)
+    try:
+        assert not _global_registry.contains(ENV_CREATOR, "GPUCartPoleTestOnly-v0")
+        exp = inline_experiment("PPO", "GPUCartPoleTestOnly-v0", stop={"training_iteration": 1})
+        assert exp.config.env == "rllib_gpuenv:GPUCartPoleTestOnly-v0" and exp.name == "PPO_GPUCartPoleTestOnly-v0"
+    finally:
+        gym.registry.pop("GPUCartPoleTestOnly-v0")
 
 
 def test_asking_for_more_than_the_cluster_has_fails_at_once():
-    exp = inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 3, "num_gpus_per_env_runner": 1})
+    stop = {"training_iteration": 1}
+    exp = inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 3, "num_gpus_per_env_runner": 1}, stop)
     with pytest.raises(ExperimentError, match=r"needs 4 CPU \(the cluster has 2\), 3 GPU \(the cluster has 0\) per trial"):
         check_fits_cluster(exp, cluster={"CPU": 2.0})
-    check_fits_cluster(inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 1}), cluster={"CPU": 2.0})
+    check_fits_cluster(inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 1}, stop), cluster={"CPU": 2.0})
+
+
+# --- the command line (subprocesses) ------------------------------------------------------------
 
 
 def test_help():
@@ -106,8 +285,29 @@ def test_help():
     assert out.returncode == 0 and "train" in out.stdout
     out = rllib("train", "--help")
     assert out.returncode == 0
-    for text in ("rllib train file", "--algo", "--env", "--config", "--stop", "episode_reward_mean", "resource_search"):
+    for text in ("rllib train file", "-f", "--framework", "--algo", "--env", "--config", "--stop", "--no-stop", "episode_reward_mean",
+                 "_enable_learner_api", "MeanStdFilter", "resource_search", "-v"):  # fmt: skip
         assert text in out.stdout, text
+
+
+def test_train_refuses_bad_input_before_ray_starts(tmp_path):
+    """Every file's mistakes in one run, one line each; nothing runs (no Ray, no results)."""
+    fail = sorted(glob.glob(os.path.join(OLD_EXPERIMENTS, "fail", "*.yaml")))
+    out = rllib("train", "file", *fail, "--storage-path", str(tmp_path / "results"))
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == len(fail) and all(ERROR_LINE.match(e) for e in errors), errors
+    assert "cartpole-appo-no-vtrace.yaml: experiment 'cartpole-appo': vtrace: IMPALA and APPO do NOT support vtrace=False" in out.stderr
+    assert "pendulum-ppo-v0.yaml: experiment 'pendulum-ppo': env: Environment version v0 for `Pendulum` is deprecated" in out.stderr
+    assert "Started a local Ray instance" not in out.stderr and not os.path.exists(tmp_path / "results")
+    out = rllib("train", "--algo", "PPO", "--env", "CartPole-v1", "--framework", "tf", "--stop", '{"training_iteration": 1}')
+    assert out.returncode == 2 and error_lines(out.stderr) == [
+        "rllib: error: --framework tf: RLlib's new API stack runs torch only: drop --framework (or pass --framework torch)"
+    ], out.stderr[-2000:]
+    out = rllib("train", "--algo", "PPO")
+    assert out.returncode == 2 and "both --algo and --env" in out.stderr
+    out = rllib("train", "-f", str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
 
 
 def test_train_file_with_legacy_names_runs_with_tune(tmp_path):
@@ -126,28 +326,56 @@ def test_train_file_with_legacy_names_runs_with_tune(tmp_path):
     """)
     out = rllib("train", "file", path, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "config key 'num_workers' is called 'num_env_runners' today" in out.stderr
-    assert "TERMINATED" in out.stdout + out.stderr
-    trial_dirs = [d for d in os.listdir(tmp_path / "results" / "legacy-device-ppo") if d.startswith("DevicePPO")]
-    assert len(trial_dirs) == 1
-    progress = (tmp_path / "results" / "legacy-device-ppo" / trial_dirs[0] / "progress.csv").read_text().splitlines()
-    assert len(progress) == 3  # a header and two iterations
+    assert "num_workers: called 'num_env_runners' today" in out.stderr
+    # one row per result (return, env steps, env-steps/s, time), no config dump without -v
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("DevicePPO_") and "TERMINATED" not in line]
+    assert [r[1] for r in rows] == ["1", "2"] and [r[3] for r in rows] == ["512", "1,024"], out.stdout
+    assert "return" in out.stdout and "env-steps/s" in out.stdout and "TERMINATED after 2 iteration(s)" in out.stdout
+    assert " config:" not in out.stdout and "model_config" not in out.stdout
+    experiment_dir = tmp_path / "results" / "legacy-device-ppo"
+    (progress,) = trial_progress(experiment_dir)
+    assert len(progress) == 2
+    assert_every_reported_metric_is_a_known_stop_metric(experiment_dir, load_experiments(path)[0].config)
 
 
-def test_train_inline_algo_env_config_stop(tmp_path):
+def test_stock_ppo_trains_on_our_env_by_its_plain_name(tmp_path):
+    """Issue 17's command, RLlib's default PPO (2 env runners: 3 logical CPUs)."""
     out = rllib(
-        "train", "--algo", "PPO", "--env", "CartPole-v1",
-        "--config", '{"num_env_runners": 0, "train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 1}',
-        "--stop", '{"training_iteration": 1}', "--storage-path", str(tmp_path), "--ray-num-cpus", "2",
+        "train", "--algo", "PPO", "--env", "GPUCartPole-v1", "--stop", '{"training_iteration": 2}',
+        "--storage-path", str(tmp_path), "--ray-num-cpus", "3",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "experiment 'PPO_CartPole-v1': 1 trial(s)" in out.stdout
+    assert "experiment 'PPO_GPUCartPole-v1': 1 trial(s)" in out.stdout
+    (progress,) = trial_progress(tmp_path / "PPO_GPUCartPole-v1")
+    assert len(progress) == 2 and float(progress[-1]["env_runners/num_env_steps_sampled_lifetime"]) >= 8000
+    (params,) = glob.glob(str(tmp_path / "PPO_GPUCartPole-v1" / "*" / "params.json"))
+    config = json.load(open(params))
+    assert config["env"] == "rllib_gpuenv:GPUCartPole-v1" and config["gym_env_vectorize_mode"] == "vector_entry_point"
 
 
-def test_train_refuses_bad_input_before_running(tmp_path):
-    out = rllib("train", "file", os.path.join(CONFIGS, "gpu_cartpole_ppo.yaml"), "--config", '{"num_env_runners": 8}', "--ray-num-cpus", "2")
-    assert out.returncode == 2 and "needs 9 CPU (the cluster has 2)" in out.stderr, out.stderr[-2000:]
-    out = rllib("train", "--algo", "PPO")
-    assert out.returncode == 2 and "both --algo and --env" in out.stderr
-    out = rllib("train", "file", str(tmp_path / "missing.yaml"))
-    assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
+def test_old_tuned_example_files(tmp_path):
+    """Old-format files of PPO, DQN, APPO, an IMPALA grid search and Pendulum PPO run two
+    iterations each, in one `rllib train` (-f, -v: each trial's config printed)."""
+    files = sorted(glob.glob(os.path.join(OLD_EXPERIMENTS, "*.yaml")))
+    args = [a for f in files for a in ("-f", f)]
+    out = rllib("train", "-v", *args, "--framework", "torch", "--stop", '{"training_iteration": 2}',
+                "--storage-path", str(tmp_path), "--ray-num-cpus", "3")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-5000:]
+    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1, "cartpole-appo-vtrace": 1, "cartpole-impala": 2, "pendulum-ppo": 1}
+    for name, trials in expected_trials.items():
+        progress = trial_progress(tmp_path / name)
+        assert len(progress) == trials and all(len(rows) == 2 for rows in progress), name
+        assert all(int(float(rows[-1]["num_env_steps_sampled_lifetime"])) > 0 for rows in progress), name
+    # every transition flag in these files: one warning line each, in this one run
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("WARNING rllib_gpuenv")]
+    for path in files:
+        text = open(path).read()
+        for flag in TRANSITION_FLAGS:
+            if re.search(rf"^\s+{flag}:", text, re.M):
+                named = [w for w in warnings if f"{os.path.basename(path)}: " in w and f": {flag}: dropped" in w]
+                assert len(named) == 1, (path, flag, named)
+    assert sum("observation_filter: MeanStdFilter is applied as RLlib's MeanStdFilter env-to-module connector" in w for w in warnings) == 3
+    assert out.stdout.count(" config:\n") == 6  # -v: one config per trial
+    for path in files:
+        for experiment in load_experiments(path):
+            assert_every_reported_metric_is_a_known_stop_metric(tmp_path / experiment.name, experiment.config)
