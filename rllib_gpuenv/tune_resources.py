@@ -152,7 +152,7 @@ def search_resources(experiment: Experiment, space: ResourceSpace | None = None,
                   if best["reached"] else f"none reached a return of {target:g}; this one got {best['return']:.1f}."))  # fmt: skip
     winner = _with(experiment, {k: best[k] for k in combos[0]}).config  # the config its trial ran (Tune got its to_dict())
     write_experiment(f"{experiment.name}-best", winner, stop, best_file, comment=comment,
-                     checkpoint_config=experiment.checkpoint_config)  # fmt: skip
+                     checkpoint_config=experiment.checkpoint_config, always=tuple(combos[0]))  # fmt: skip
     print(f"the winning experiment is written whole to {best_file}; run it with: rllib train file {best_file}")
     return rows
 
@@ -230,10 +230,11 @@ _DEVICE_SECTIONS = {
 _DEVICE_DERIVED = {"_train_batch_size_per_learner", "_derived_train_batch_size"}
 
 
-def config_settings(config) -> tuple[dict, list[str]]:
+def config_settings(config, always: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
     """The ``config:`` section that rebuilds ``config``: every setting that differs from its
-    algorithm's defaults, under the names ``rllib train`` reads. Also returns the settings that
-    have no YAML form (functions, objects), which the section cannot carry."""
+    algorithm's defaults (and those named in ``always``), under the names ``rllib train`` reads.
+    Also returns the settings that have no YAML form (functions, objects), which the section
+    cannot carry."""
     from rllib_gpuenv.rllib import DevicePPOConfig
 
     device = isinstance(config, DevicePPOConfig)
@@ -241,7 +242,9 @@ def config_settings(config) -> tuple[dict, list[str]]:
     settings: dict = {}
     unwritable: list[str] = []
     for key, value in config.to_dict().items():
-        if key == "env" or (device and key in _DEVICE_DERIVED) or (key in defaults and _same(value, defaults[key])):
+        if key == "env" or (device and key in _DEVICE_DERIVED):
+            continue
+        if key not in always and key in defaults and _same(value, defaults[key]):
             continue
         try:
             plain = _plain(value)
@@ -278,15 +281,24 @@ def _plain(value):
     raise TypeError(f"no YAML form for {type(value).__name__}")
 
 
-def write_experiment(name: str, config, stop: dict, path: str, comment: str = "", checkpoint_config: dict | None = None) -> None:
+class _Dumper(yaml.SafeDumper):
+    """Block style, with lists on one line (``fcnet_hiddens: [64, 64]``), as people write them."""
+
+
+_Dumper.add_representer(list, lambda dumper, value: dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True))
+
+
+def write_experiment(name: str, config, stop: dict, path: str, comment: str = "", checkpoint_config: dict | None = None,
+                     always: tuple[str, ...] = ()) -> None:  # fmt: skip
     """Write ``config`` and ``stop`` as an experiment file that ``rllib train file`` runs as it is.
 
-    Every setting that differs from the algorithm's defaults is written; a setting without a
-    YAML form (a function, an object) is named in a warning and in the file.
+    Every setting that differs from the algorithm's defaults is written, and those named in
+    ``always``; a setting without a YAML form (a function, an object) is named in a warning and
+    in the file.
     """
     from rllib_gpuenv.rllib import DevicePPO
 
-    settings, unwritable = config_settings(config)
+    settings, unwritable = config_settings(config, always)
     run = "DevicePPO" if config.algo_class is DevicePPO else config.algo_class.__name__
     spec = {"run": run, "env": config.env, "stop": dict(stop), "config": settings}
     if checkpoint_config:
@@ -299,4 +311,4 @@ def write_experiment(name: str, config, stop: dict, path: str, comment: str = ""
             f.write(f"# {line}\n")
         if unwritable:
             f.write(f"# Not written (no YAML form): {', '.join(unwritable)}.\n")
-        yaml.safe_dump({name: spec}, f, sort_keys=False, default_flow_style=None)
+        yaml.dump({name: spec}, f, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

@@ -6,10 +6,11 @@ import math
 
 import pytest
 import ray
+import yaml
 
 from rllib_gpuenv.experiments import RETURN_METRIC, ExperimentError, inline_experiment, load_experiments, run_experiment
 from rllib_gpuenv.rllib import DevicePPOConfig
-from rllib_gpuenv.tune_resources import ResourceSpace, _same, candidates, rank, search_resources
+from rllib_gpuenv.tune_resources import GPU_KEYS, ResourceSpace, _same, candidates, rank, search_resources
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,8 @@ def test_real_tune_search_writes_the_winning_experiment_whole(ray_local, tmp_pat
     assert best.config.num_envs_per_env_runner == rows[0]["num_envs_per_env_runner"] and best.config.rollout_length == 16
     assert best.config.vf_clip_param == math.inf and best.config.use_kl_loss is False
     assert best.config.model_config["fcnet_hiddens"] == [32, 32] and best.stop == {**stop, "time_total_s": 3600}
+    with open(best_file) as f:  # the searched resources are spelled out even where they are defaults
+        assert set(rows[0]) & set(yaml.safe_load(f)["search-best"]["config"]) == set(GPU_KEYS) | {"num_envs_per_env_runner", "num_env_runners"}
 
     (rerun,) = run_experiment(best, storage_path=str(tmp_path / "rerun"), verbose=0)
     assert rerun.error is None
