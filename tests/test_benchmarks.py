@@ -67,6 +67,10 @@ def test_training_curves(tmp_path):
 def test_breakdown(tmp_path):
     out = bench(tmp_path, "breakdown", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1")
     assert "env stepping" in out.stdout and "learner update" in out.stdout and "GPU utilisation" in out.stdout
+    assert "iteration (sum of the parts)" in out.stdout
     rows = outputs(tmp_path, "breakdown")["rows"]
     assert [r["setup"] for r in rows] == ["ours: device path", "RLlib stock runner, our env"]
-    assert all(r["s_env stepping"] > 0 and r["s_learner update"] > 0 for r in rows)
+    for r in rows:  # the parts partition the iteration: each is a share of it, and together they are all of it
+        parts = [v for k, v in r.items() if k.startswith("s_")]
+        assert len(parts) == 8 and all(v >= 0 for v in parts) and r["s_env stepping"] > 0 and r["s_learner update"] > 0
+        assert sum(parts) == pytest.approx(r["seconds_per_iteration"], rel=1e-9)
