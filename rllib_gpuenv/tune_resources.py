@@ -300,7 +300,9 @@ def write_experiment(name: str, config, stop: dict, path: str, comment: str = ""
 
     settings, unwritable = config_settings(config, always)
     run = "DevicePPO" if config.algo_class is DevicePPO else config.algo_class.__name__
-    spec = {"run": run, "env": config.env, "stop": dict(stop), "config": settings}
+    if not isinstance(config.env, str):  # an env class or creator: only a registered name fits in a file
+        unwritable.insert(0, "env")
+    spec = {"run": run, "env": config.env if isinstance(config.env, str) else None, "stop": dict(stop), "config": settings}
     if checkpoint_config:
         spec["checkpoint_config"] = dict(checkpoint_config)
     if unwritable:
