@@ -22,7 +22,8 @@ ITERATIONS = 6
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # A Ray of its own: never a cluster that another test or person started on this machine.
+    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     yield
     ray.shutdown()
 
