@@ -2,13 +2,16 @@
 
 What it shows: ``search_resources`` runs one Tune trial per combination of envs per env
 runner, env runners, GPUs per env runner and learner GPUs (the GPU options drop out on a
-machine without one), each with the resources RLlib computes for it, and ranks them by the
-wall time to a target return.
+machine without one), each with the resources RLlib computes for it and one at a time, and
+ranks them by the wall time to a target return.
 
-How to run it: ``.venv/bin/python examples/tune_resources.py [--target 200]``
+How to run it: ``.venv/bin/python examples/tune_resources.py [--target 200]`` (on a CPU: 4
+trials of at most 60 s each).
 
-What to expect: Tune's progress, then a table of the trials (resources, return, seconds to
-target, env-steps/s), the best configuration, and the path of ``best.yaml``, which
+What to expect: Tune's progress, then a table of the trials (resources, iterations, return,
+seconds and env steps to the target, env-steps/s), a line saying each trial ran alone, the best
+resources, and the path of ``best.yaml``: the winning experiment whole (every setting that
+differs from DevicePPO's defaults, here the PPO settings below, and the stop criteria), which
 ``rllib train file <path>`` runs as it is.
 """
 

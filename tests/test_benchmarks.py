@@ -58,15 +58,32 @@ def test_block_size_without_a_gpu_says_so(tmp_path):
 def test_training_curves(tmp_path):
     contenders = ["device", "stock-runner", "stock-rllib", "stock-rllib-8envs", "sb3"]
     out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "20")
-    assert "time to a mean return of 25" in out.stdout and "device path's speed-up" in out.stdout
+    assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
+    assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
     result = outputs(tmp_path, "training")
     assert [r["contender"] for r in result["rows"]] == contenders
     assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
+        half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
+        assert run["lowest_after_half"] == (None if half is None else min(p[2] for p in run["curve"][half:]))
+
+
+def test_replot_draws_the_recorded_results_again(tmp_path):
+    """The committed results' plots can be drawn again from their JSON (no benchmark rerun)."""
+    out = subprocess.run([sys.executable, "-m", "rllib_gpuenv.bench.replot", os.path.join(ROOT, "benchmarks"), "--out", str(tmp_path)],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert {p.name for p in tmp_path.iterdir()} == {"scaling.png", "training.png", "breakdown.png"}
+    assert "iteration (sum of the parts)" in out.stdout and "env steps to target" in out.stdout and "speed-ups measured" in out.stdout
 
 
 def test_breakdown(tmp_path):
     out = bench(tmp_path, "breakdown", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1")
     assert "env stepping" in out.stdout and "learner update" in out.stdout and "GPU utilisation" in out.stdout
+    assert "iteration (sum of the parts)" in out.stdout
     rows = outputs(tmp_path, "breakdown")["rows"]
     assert [r["setup"] for r in rows] == ["ours: device path", "RLlib stock runner, our env"]
-    assert all(r["s_env stepping"] > 0 and r["s_learner update"] > 0 for r in rows)
+    for r in rows:  # the parts partition the iteration: each is a share of it, and together they are all of it
+        parts = [v for k, v in r.items() if k.startswith("s_")]
+        assert len(parts) == 8 and all(v >= 0 for v in parts) and r["s_env stepping"] > 0 and r["s_learner update"] > 0
+        assert sum(parts) == pytest.approx(r["seconds_per_iteration"], rel=1e-9)

@@ -1,22 +1,31 @@
 """Where the time of a training iteration goes (beyond the CS267 paper's figure 8).
 
-Two setups of the same PPO iteration on GPUCartPole-v1, side by side:
+Two setups of the same PPO iteration on GPUCartPole-v1, side by side: the device path
+(``DeviceEnvRunner``) and RLlib's stock env runner on the same env.
 
-* the device path (``DeviceEnvRunner``): env stepping, policy inference and GAE are timed in
-  isolation on the runner's own env and module, with the iteration's shapes; the learner update
-  and the weight sync come from RLlib's timers;
-* RLlib's stock env runner on the same env: its own timers (env step, module inference, the
-  connector pipelines that convert numpy <-> tensors and move data to the device, GAE in the
-  learner connector, the update), scaled by the steps of one iteration.
+**The parts partition the iteration.** During the measured ``algo.train()`` calls, the phases
+of each training step (sampling, the learner update, the weight sync, and on the stock runner
+its learner connector inside the update) are timed where they run, on the same iterations
+(a device synchronisation at each phase boundary charges GPU work to its phase). "other" is
+the rest of the iteration: RLlib's result and metrics handling. Sampling is then split with
+timings of its own pieces: on the device path env stepping, policy inference and GAE timed in
+isolation on the runner's env and module with the iteration's shapes; on the stock runner
+RLlib's per-step timers (env step, module inference, connector pipelines) times the steps of
+an iteration. What the pieces do not cover is "rest of sampling" (the rollout loop, episode
+objects, metrics). Should the pieces add up to more than the sampling phase (isolated timings
+can), they are scaled down to fit it, and the table says by how much. So the parts always sum
+to the iteration, and the bar shows exactly the table's numbers.
 
 "host<->device + connectors" is what the data path costs beyond computing: on the device path
-zero when runner and learner share the device, a measured copy of the batch otherwise. Where
-there is a GPU, its utilisation is sampled during the training iterations: the answer to "my
-GPU is at 2%".
+zero when runner and learner share the device, a measured copy of the batch (part of the
+update phase) otherwise; on the stock runner its connector pipelines, the learner
+connector's share included (GAE apart). Where there is a GPU, its utilisation is sampled
+during the training iterations: the answer to "my GPU is at 2%".
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 import threading
 import time
@@ -25,7 +34,8 @@ import torch
 
 from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, synchronize
 
-PARTS = ["env stepping", "policy inference", "host<->device + connectors", "advantages (GAE)", "learner update", "weight sync", "other"]
+PARTS = ["env stepping", "policy inference", "host<->device + connectors", "advantages (GAE)",
+         "rest of sampling (rollout loop, episodes)", "learner update", "weight sync", "other (results, metrics)"]  # fmt: skip
 
 
 def _timed(fn, device, repeat: int = 3, make_input=None) -> float:
@@ -39,6 +49,49 @@ def _timed(fn, device, repeat: int = 3, make_input=None) -> float:
         fn(*a)
     synchronize(device)
     return (time.perf_counter() - start) / repeat
+
+
+class PhaseClock:
+    """Wall time of named phases of the training iterations, timed where they run.
+
+    ``wrap(owner, "method", "phase")`` replaces the method on that object by one that adds its
+    wall time to the phase (a phase may nest inside another; the caller subtracts).
+    """
+
+    def __init__(self, device):
+        self.device = device
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+
+    def wrap(self, owner, name: str, phase: str) -> None:
+        method = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            synchronize(self.device)
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                synchronize(self.device)
+                self.seconds[phase] += time.perf_counter() - start
+
+        setattr(owner, name, timed)
+
+
+class _TimedCall:
+    """A callable object (RLlib's learner connector pipeline) whose calls a PhaseClock times."""
+
+    def __init__(self, target, clock: PhaseClock, phase: str):
+        self._target = target
+        clock.wrap(self, "_call", phase)
+
+    def _call(self, *args, **kwargs):
+        return self._target(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
 
 
 class GPUUtilisation:
@@ -69,12 +122,26 @@ class GPUUtilisation:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def _train(algo, iterations: int) -> tuple[float, list[dict], float | None]:
+def _train(algo, iterations: int, clock: PhaseClock) -> tuple[float, dict[str, float], list[dict], float | None]:
+    """Seconds per iteration, the clock's phases per iteration (these iterations only), the
+    results, and the mean GPU utilisation."""
+    clock.seconds.clear()
     with GPUUtilisation() as gpu:
+        synchronize(clock.device)
         start = time.perf_counter()
         results = [algo.train() for _ in range(iterations)]
+        synchronize(clock.device)
         seconds = (time.perf_counter() - start) / iterations
-    return seconds, results, gpu.mean
+    return seconds, {k: v / iterations for k, v in clock.seconds.items()}, results, gpu.mean
+
+
+def _split(whole: float, pieces: dict[str, float]) -> tuple[dict[str, float], float, float]:
+    """The pieces of a measured phase, scaled down to fit it if they add up to more; returns
+    the (scaled) pieces, what they leave of the phase, and the scale factor (1: not scaled)."""
+    total = sum(pieces.values())
+    scale = min(1.0, whole / total) if total > 0 else 1.0
+    scaled = {k: v * scale for k, v in pieces.items()}
+    return scaled, max(0.0, whole - sum(scaled.values())), scale
 
 
 def device_path(device: str | None, num_envs: int, rollout_length: int, iterations: int) -> dict:
@@ -88,10 +155,17 @@ def device_path(device: str | None, num_envs: int, rollout_length: int, iteratio
     config.training(minibatch_size=min(config.minibatch_size, num_envs * rollout_length))
     algo = config.build_algo()
     try:
-        algo.train()  # warm-up (compilation, allocations)
-        seconds, results, gpu = _train(algo, iterations)
         runner, T = algo.env_runner, config.rollout_length
         dev = runner._device
+        learner_device = algo.learner_group._learner._device
+        clock = PhaseClock(dev)
+        clock.wrap(algo, "_sample_batches", "sampling")  # DevicePPO.training_step's three phases
+        clock.wrap(algo, "update_learners", "update")
+        clock.wrap(algo, "_sync_whole_module", "sync")
+        algo.train()  # warm-up (compilation, allocations)
+        seconds, phases, results, gpu = _train(algo, iterations, clock)
+
+        # The sampling phase's pieces, each timed in isolation with the iteration's shapes.
         obs, _ = runner.env.reset(seed=0)
         actions = torch.randint(0, 2, (T, num_envs), device=dev)
 
@@ -108,26 +182,32 @@ def device_path(device: str | None, num_envs: int, rollout_length: int, iteratio
 
         rewards, values = torch.rand(T, num_envs, device=dev), torch.rand(T + 1, num_envs, device=dev)
         done = torch.rand(T, num_envs, device=dev) < 0.02
-        learner_device = algo.learner_group._learner._device
-        batch = runner.sample()
-        copy = 0.0
-        if torch.device(learner_device) != dev:  # the batch crosses to the learner's device each iteration
-            copy = _timed(lambda: {k: v.to(learner_device) for k, v in batch.items()}, dev)
-        parts = {
+        sampling, sampling_rest, sampling_scale = _split(phases["sampling"], {
             "env stepping": _timed(stepping, dev),
             "policy inference": _timed(inference, dev),
-            "host<->device + connectors": copy,
             "advantages (GAE)": _timed(lambda: compute_gae(rewards, values, done, ~done, 0.99, 0.95), dev),
-            "learner update": _timed(lambda: algo.update_learners(batch), learner_device, repeat=2),
-            "weight sync": _timed(algo._sync_whole_module, dev),
+        })  # fmt: skip
+        copy = {}
+        if torch.device(learner_device) != dev:  # the batch crosses to the learner's device inside the update
+            batch = runner.sample()
+            copy = {"host<->device + connectors": _timed(lambda: {k: v.to(learner_device) for k, v in batch.items()}, dev)}
+        update, update_rest, update_scale = _split(phases["update"], copy)
+        parts = {
+            **sampling,
+            "rest of sampling (rollout loop, episodes)": sampling_rest,
+            "host<->device + connectors": update.get("host<->device + connectors", 0.0),
+            "learner update": update_rest,
+            "weight sync": phases["sync"],
         }
-        return _row("ours: device path", str(dev), str(learner_device), num_envs * T, seconds, parts, gpu)
+        scales = {"sampling": sampling_scale, "update": update_scale}
+        return _row("ours: device path", str(dev), str(learner_device), num_envs * T, seconds, parts, scales, gpu)
     finally:
         algo.stop()
 
 
 def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
-    from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, NUM_ENV_STEPS_SAMPLED_LIFETIME, TIMERS
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+    from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
     from rllib_gpuenv.experiments import load_experiments
@@ -139,42 +219,51 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
     config = experiment.config.env_runners(num_envs_per_env_runner=num_envs).training(
         train_batch_size_per_learner=steps, minibatch_size=min(steps, learning.minibatch_size), num_epochs=learning.num_epochs
     )
+    # RLlib's runner as it ships: without the config file's episode-copy callback (which only
+    # corrects its episode-length metrics and costs ~70 µs per episode chunk).
+    config.callbacks(RLlibCallback)
     algo = config.build_algo()
     try:
-        algo.train()
-        seconds, results, gpu = _train(algo, iterations)
-        runners = _mean(results, "env_runners")
-        # Sampling is timed whole; RLlib's per-step timers (averaged over thousands of calls)
-        # split it. The update and the learner connector (its GAE included) are timed directly,
-        # each call on freshly sampled episodes as PPO's training step has them: RLlib's own
-        # timers of those run once per iteration and still weigh the first, slow call.
-        calls = steps / num_envs  # env.step() calls per iteration
         learner = algo.learner_group._learner
-        sample = lambda: algo.env_runner.sample(num_timesteps=steps)  # noqa: E731
-        update = _timed(lambda episodes: algo.learner_group.update(
-            episodes=episodes, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 0}, num_epochs=config.num_epochs,
-            minibatch_size=config.minibatch_size, shuffle_batch_per_epoch=config.shuffle_batch_per_epoch), "cpu", make_input=sample)  # fmt: skip
+        clock = PhaseClock("cpu")
+        clock.wrap(algo.env_runner, "sample", "sampling")  # PPO.training_step's phases
+        clock.wrap(algo.env_runner, "get_metrics", "sampling")
+        clock.wrap(algo.learner_group, "update", "update")
+        learner._learner_connector = _TimedCall(learner._learner_connector, clock, "learner connector")  # inside the update
+        clock.wrap(algo.env_runner_group, "sync_weights", "sync")
+        algo.train()
+        seconds, phases, results, gpu = _train(algo, iterations, clock)
+        runners = _mean(results, "env_runners")
+        calls = steps / num_envs  # env.step() calls per iteration
+        sampling, sampling_rest, sampling_scale = _split(phases["sampling"], {
+            "env stepping": runners["env_step_timer"] * calls,
+            "policy inference": runners["rlmodule_inference_timer"] * calls,
+            "host<->device + connectors": (runners["env_to_module_connector/connector_pipeline_timer"]
+                                           + runners["module_to_env_connector/connector_pipeline_timer"]) * calls,
+        })  # fmt: skip
+
+        # GAE's share of the learner connector, from calls on freshly sampled episodes (the
+        # connector extends them in place), each with its own metrics.
         gae_seconds = []
 
         def learner_connector(episodes):
             metrics = MetricsLogger()
-            learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=metrics)
+            learner._learner_connector._target(rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=metrics)
             gae_seconds.append(metrics.peek((ALL_MODULES, LEARNER_CONNECTOR, TIMERS, CONNECTOR_TIMERS, "general_advantage_estimation")))
 
-        connector_seconds = _timed(learner_connector, "cpu", make_input=sample)
-        gae = sum(gae_seconds[1:]) / len(gae_seconds[1:])  # without the warm-up call
-        env_runner_connectors = runners["env_to_module_connector/connector_pipeline_timer"] + runners["module_to_env_connector/connector_pipeline_timer"]
-        sync = _timed(lambda: algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group), "cpu")
+        connector_alone = _timed(learner_connector, "cpu", make_input=lambda: algo.env_runner.sample(num_timesteps=steps))
+        gae_share = min(1.0, (sum(gae_seconds[1:]) / len(gae_seconds[1:])) / connector_alone)  # without the warm-up call
+        connector = phases["learner connector"]
         parts = {
-            "env stepping": runners["env_step_timer"] * calls,
-            "policy inference": runners["rlmodule_inference_timer"] * calls,
-            "host<->device + connectors": env_runner_connectors * calls + connector_seconds - gae,
-            "advantages (GAE)": gae,
-            "learner update": max(0.0, update - connector_seconds),
-            "weight sync": sync,
+            **sampling,
+            "rest of sampling (rollout loop, episodes)": sampling_rest,
+            "host<->device + connectors": sampling["host<->device + connectors"] + connector * (1 - gae_share),
+            "advantages (GAE)": connector * gae_share,
+            "learner update": phases["update"] - connector,
+            "weight sync": phases["sync"],
         }
         device = "cuda" if torch.cuda.is_available() and config.num_gpus_per_learner else "cpu"
-        return _row("RLlib stock runner, our env", "cpu (numpy)", device, steps, seconds, parts, gpu)
+        return _row("RLlib stock runner, our env", "cpu (numpy)", device, steps, seconds, parts, {"sampling": sampling_scale}, gpu)
     finally:
         algo.stop()
 
@@ -194,44 +283,58 @@ def _mean(results: list[dict], key: str) -> dict:
     return {k: sum(f.get(k, 0.0) for f in flat) / len(flat) for k in flat[-1]}
 
 
-def _row(setup, runner_device, learner_device, steps, seconds, parts, gpu) -> dict:
-    parts["other"] = max(0.0, seconds - sum(parts.values()))
+def _row(setup, runner_device, learner_device, steps, seconds, parts, scales, gpu) -> dict:
+    """One setup's row; "other" is what the timed phases leave of the iteration, so the parts sum to it."""
+    parts = {p: parts.get(p, 0.0) for p in PARTS[:-1]}
+    parts[PARTS[-1]] = max(0.0, seconds - sum(parts.values()))
     return {"setup": setup, "runner_device": runner_device, "learner_device": learner_device, "env_steps_per_iteration": steps,
             "seconds_per_iteration": seconds, "env_steps_per_s": steps / seconds, "gpu_utilisation_pct": gpu,
-            **{f"s_{p}": parts[p] for p in PARTS}}  # fmt: skip
+            **{f"scale_{k}": v for k, v in scales.items()}, **{f"s_{p}": parts[p] for p in PARTS}}  # fmt: skip
 
 
 def run(num_envs: int = 128, rollout_length: int = 32, iterations: int = 5, device: str | None = None,
         out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
     import ray
 
-    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    # A Ray of its own (address="local"), not a cluster someone else started on this machine.
+    ray.init(address="local", ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     print("  device path ...", file=sys.stderr, flush=True)
     rows = [device_path(device, num_envs, rollout_length, iterations)]
     print("  stock runner ...", file=sys.stderr, flush=True)
     rows.append(stock_runner(num_envs, rollout_length, iterations))
-    headers = ["part"] + [r["setup"] for r in rows]
-    table = [[p] + [f"{r[f's_{p}'] * 1e3:.1f} ms ({100 * r[f's_{p}'] / r['seconds_per_iteration']:.0f}%)" for r in rows] for p in PARTS]
-    table += [["iteration", *(f"{r['seconds_per_iteration'] * 1e3:.1f} ms" for r in rows)],
-              ["env-steps/s", *(f"{r['env_steps_per_s']:,.0f}" for r in rows)],
-              ["devices (runner / learner)", *(f"{r['runner_device']} / {r['learner_device']}" for r in rows)],
-              ["GPU utilisation", *("n/a" if r["gpu_utilisation_pct"] is None else f"{r['gpu_utilisation_pct']:.0f}%" for r in rows)]]  # fmt: skip
     print(f"one PPO iteration of {rows[0]['env_steps_per_iteration']:,} env steps ({num_envs} envs x {rollout_length} steps)\n"
-          + format_table(headers, table))  # fmt: skip
+          + table(rows))  # fmt: skip
     meta = {"num_envs": num_envs, "rollout_length": rollout_length, "iterations": iterations}
     report(rows, out_dir, "breakdown", meta, plot=(lambda: plot_breakdown(rows, out_dir)) if plot else None)
     return rows
 
 
+def table(rows: list[dict]) -> str:
+    """The parts in ms and % of the iteration (they sum to it), the iteration, and how sampling was split."""
+    headers = ["part"] + [r["setup"] for r in rows]
+    lines = [[p] + [f"{r[f's_{p}'] * 1e3:.1f} ms ({100 * r[f's_{p}'] / r['seconds_per_iteration']:.0f}%)" for r in rows] for p in PARTS]
+    lines += [["iteration (sum of the parts)", *(f"{r['seconds_per_iteration'] * 1e3:.1f} ms" for r in rows)],
+              ["env-steps/s", *(f"{r['env_steps_per_s']:,.0f}" for r in rows)],
+              ["devices (runner / learner)", *(f"{r['runner_device']} / {r['learner_device']}" for r in rows)],
+              ["GPU utilisation", *("n/a" if r["gpu_utilisation_pct"] is None else f"{r['gpu_utilisation_pct']:.0f}%" for r in rows)],
+              ["sampling pieces scaled by", *(f"{r.get('scale_sampling', 1.0):.2f}" for r in rows)]]  # fmt: skip
+    return format_table(headers, lines)
+
+
 def plot_breakdown(rows: list[dict], out_dir: str) -> str:
+    """Stacked bars of the table's parts (they sum to the iteration), legend beside the bars."""
     plt = pyplot()
 
-    fig, ax = plt.subplots(figsize=(9, 3.5))
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    setups = [r["setup"] for r in rows][::-1]  # first row on top
     left = [0.0] * len(rows)
     for p in PARTS:
-        widths = [r[f"s_{p}"] * 1e3 for r in rows]
-        ax.barh([r["setup"] for r in rows], widths, left=left, label=p)
+        widths = [r[f"s_{p}"] * 1e3 for r in rows][::-1]
+        ax.barh(setups, widths, left=left, label=p)
         left = [a + b for a, b in zip(left, widths)]
-    ax.set(xlabel="ms per training iteration", title="Where the time of a PPO iteration goes")
-    ax.legend(fontsize=8, loc="lower right")
+    for y, r in enumerate(rows[::-1]):
+        ax.text(r["seconds_per_iteration"] * 1e3, y, f"  {r['seconds_per_iteration'] * 1e3:.0f} ms", va="center", fontsize=9)
+    ax.set_xlim(0, max(r["seconds_per_iteration"] for r in rows) * 1e3 * 1.15)
+    ax.set(xlabel="ms per training iteration (the parts sum to the iteration)", title="Where the time of a PPO iteration goes")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return save_figure(fig, out_dir, "breakdown")

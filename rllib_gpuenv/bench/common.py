@@ -97,12 +97,13 @@ def pyplot():
 
 
 def save_figure(fig, out_dir: str, name: str) -> str:
-    """Lay out, write ``<out_dir>/<name>.png``, close; return the path."""
+    """Lay out, write ``<out_dir>/<name>.png`` (legends placed outside the axes included), close;
+    return the path."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     path = os.path.join(out_dir, f"{name}.png")
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -272,23 +272,32 @@ def summary(rows: list[dict]) -> str:
     return text
 
 
-def plot_scaling(rows: list[dict], out_dir: str, name: str, turning: dict | None = None) -> str:
-    """Time per step and env-steps/s against num_envs, one line per contender (log-log)."""
-    plt = pyplot()
+TURNING_POINT = "turning point: from this num_envs on, the time per step grows about linearly with num_envs (more envs stop being free)"
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+
+def plot_scaling(rows: list[dict], out_dir: str, name: str, turning: dict | None = None) -> str:
+    """Time per step and env-steps/s against num_envs, one line per contender (log-log); a star
+    marks each contender's turning point, explained under the plots with the legend."""
+    plt = pyplot()
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for c in dict.fromkeys(r["contender"] for r in rows):
         mine = sorted((r for r in rows if r["contender"] == c), key=lambda r: r["num_envs"])
         xs = [r["num_envs"] for r in mine]
-        axes[0].plot(xs, [r["seconds_per_step"] * 1e3 for r in mine], marker="o", label=c)
-        line = axes[1].plot(xs, [r["env_steps_per_s"] for r in mine], marker="o", label=c)[0]
+        axes[0].plot(xs, [r["seconds_per_step"] * 1e3 for r in mine], marker="o", markersize=4, label=c)
+        line = axes[1].plot(xs, [r["env_steps_per_s"] for r in mine], marker="o", markersize=4)[0]
         point = (turning or {}).get(c)
         if point is not None:
             at = next(r for r in mine if r["num_envs"] == point)
             axes[0].plot([point], [at["seconds_per_step"] * 1e3], marker="*", markersize=14, color=line.get_color())
-    axes[0].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="ms per step() call", title="Time per step (star: turning point)")
-    axes[1].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="env-steps / s", title="Throughput")
+    axes[0].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="ms per step() call", title="Time per step (lower is better)")
+    axes[1].set(xscale="log", yscale="log", xlabel="num_envs", ylabel="env-steps / s", title="Throughput (higher is better)")
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if turning and any(v is not None for v in turning.values()):
+        handles.append(Line2D([], [], marker="*", markersize=12, color="grey", linestyle="none"))
+        labels.append(TURNING_POINT)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
     return save_figure(fig, out_dir, name)

@@ -62,7 +62,7 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
     (experiment,) = load_experiments(os.path.join(CONFIG_DIR, CONFIG_FILES[contender]))
     config = experiment.config.debugging(seed=seed)
     apply_config(config, {**BUILT_IN_OVERRIDES.get(contender, {}), **overrides}, "overrides")
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)  # its own Ray
     start = time.perf_counter()
     algo = config.build_algo()
     build_s = time.perf_counter() - start
@@ -191,12 +191,23 @@ def _median_with_misses(runs: list[dict], key: str) -> float | None:
     return None if math.isinf(median) else median
 
 
+def lowest_after_half(curve: list, target: float) -> float | None:
+    """Instability: the lowest return after the run first reached half the target (None if it never did).
+
+    A run that holds what it learned stays near or above half the target; a collapse (a policy
+    that reached 250 and fell back to 70) shows as a low value.
+    """
+    first = next((i for i, point in enumerate(curve) if point[2] >= target / 2), None)
+    return None if first is None else min(point[2] for point in curve[first:] if point[2] == point[2])  # NaN: no episode yet
+
+
 def summarise(runs: list[dict], target: float) -> list[dict]:
-    """Per contender: median time and env steps to target over seeds, throughput, build time."""
+    """Per contender: median time and env steps to target over seeds, instability, throughput, build time."""
     rows = []
     for key in dict.fromkeys(r["contender"] for r in runs):
         mine = [r for r in runs if r["contender"] == key]
         reached = [r for r in mine if r["time_to_target_s"] is not None]
+        lowest = [v for v in (lowest_after_half(r["curve"], target) for r in mine) if v is not None]
         rows.append({
             "contender": CONTENDERS[key],
             "key": key,
@@ -205,6 +216,9 @@ def summarise(runs: list[dict], target: float) -> list[dict]:
             # most seeds missed.
             "median_time_to_target_s": _median_with_misses(mine, "time_to_target_s"),
             "median_steps_to_target": _median_with_misses(mine, "steps_to_target"),
+            # Instability: the lowest return after first reaching half the target, per seed.
+            "median_lowest_after_half": _median(lowest),
+            "worst_lowest_after_half": min(lowest, default=None),
             "best_return": max(r["final_return"] for r in mine),
             "env_steps_per_s": _median(r["env_steps_per_s"] for r in mine),
             "sampling_env_steps_per_s": _median(r["sampling_env_steps_per_s"] for r in mine),
@@ -221,6 +235,7 @@ def _run_row(contender: str, seed: int, budget_s: float, target: float, result: 
     return {
         "contender": contender, "seed": seed, "budget_s": budget_s, "build_s": result["build_s"],
         "time_to_target_s": hit[0] if hit else None, "steps_to_target": hit[1] if hit else None,
+        "lowest_after_half": lowest_after_half(curve, target),
         "final_return": curve[-1][2] if curve else float("nan"), "env_steps_per_s": steps / seconds if seconds else 0.0,
         "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"),
         "curve": curve,
@@ -249,11 +264,15 @@ def run(contenders: list[str], seeds: list[int], target: float = 475.0, budget_s
 
 
 def summary_text(rows: list[dict], target: float) -> str:
-    headers = ["contender", "reached", f"median s to {target:g}", "median env steps", "best return",
-               "training env-steps/s", "sampling env-steps/s", "build s"]  # fmt: skip
-    table = [[r["contender"], r["reached"], r["median_time_to_target_s"], r["median_steps_to_target"], r["best_return"],
-              r["env_steps_per_s"], r["sampling_env_steps_per_s"], r["build_s"]] for r in rows]  # fmt: skip
-    text = f"time to a mean return of {target:g} (last 100 episodes), median over seeds\n" + format_table(headers, table)
+    """The table (time and env steps to the target side by side, instability) and the device path's ratios."""
+    half = f"{target / 2:g}"
+    headers = ["contender", "reached", f"median s to {target:g}", f"median env steps to {target:g}",
+               f"lowest return after {half}: median (worst seed)", "best return", "training env-steps/s",
+               "sampling env-steps/s", "build s"]  # fmt: skip
+    table = [[r["contender"], r["reached"], r["median_time_to_target_s"], r["median_steps_to_target"], _instability(r),
+              r["best_return"], r["env_steps_per_s"], r["sampling_env_steps_per_s"], r["build_s"]] for r in rows]  # fmt: skip
+    text = (f"time and env steps to a mean return of {target:g} (last 100 episodes), median over seeds; instability: the "
+            f"lowest return after first reaching {half}\n" + format_table(headers, table))  # fmt: skip
     ours = next((r for r in rows if r["key"] == "device" and r["median_time_to_target_s"]), None)
     if ours:
         ratios = []
@@ -261,17 +280,29 @@ def summary_text(rows: list[dict], target: float) -> str:
             if other is ours:
                 continue
             if other["median_time_to_target_s"]:
-                ratios.append([other["contender"], f"{other['median_time_to_target_s'] / ours['median_time_to_target_s']:.1f}x"])
+                time_ratio = f"{other['median_time_to_target_s'] / ours['median_time_to_target_s']:.1f}x"
+                steps_ratio = f"{other['median_steps_to_target'] / ours['median_steps_to_target']:.2f}x"
             else:
-                ratios.append([other["contender"], f">= {other['budget_s'] / ours['median_time_to_target_s']:.1f}x (not reached in {other['budget_s']:g} s)"])
-        text += "\n\ndevice path's speed-up in time to target\n" + format_table(["vs", "speed-up"], ratios)
+                time_ratio = f">= {other['budget_s'] / ours['median_time_to_target_s']:.1f}x (not reached in {other['budget_s']:g} s)"
+                steps_ratio = "-"
+            ratios.append([other["contender"], time_ratio, steps_ratio])
+        text += ("\n\nthe others against the device path (their median / its median; above 1x: the device path needs less)\n"
+                 + format_table(["vs", "time to target", "env steps to target"], ratios))  # fmt: skip
     return text
 
 
+def _instability(row: dict) -> str:
+    if row["median_lowest_after_half"] is None:
+        return "-"
+    return f"{row['median_lowest_after_half']:.0f} ({row['worst_lowest_after_half']:.0f})"
+
+
 def plot_curves(runs: list[dict], target: float, out_dir: str) -> str:
+    """Return against wall time and against env steps, one line per run; the target and half
+    the target are labelled lines; the legend sits below the plots."""
     plt = pyplot()
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = dict(zip(CONTENDERS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     labelled = set()
     for r in runs:
@@ -280,13 +311,15 @@ def plot_curves(runs: list[dict], target: float, out_dir: str) -> str:
         labelled.add(r["contender"])
         axes[0].plot(xs_t, ys, color=colors[r["contender"]], label=label, alpha=0.8)
         axes[1].plot(xs_s, ys, color=colors[r["contender"]], alpha=0.8)
-    for ax, xlabel in zip(axes, ["wall-clock seconds (training)", "env steps"]):
-        ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+    for i, (ax, xlabel) in enumerate(zip(axes, ["wall-clock seconds (training)", "env steps"])):
+        ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target: {target:g}" if i == 0 else None)
+        ax.axhline(target / 2, color="grey", linestyle=":", linewidth=1,
+                   label=f"half the target ({target / 2:g}): instability is the lowest return after it" if i == 0 else None)  # fmt: skip
         ax.set(xlabel=xlabel, ylabel="mean return (last 100 episodes)", xscale="log")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_title("Reward vs wall time")
-    axes[1].set_title("Reward vs env steps")
-    axes[0].legend(fontsize=8)
+    axes[0].set_title("Return vs wall time (one line per seed)")
+    axes[1].set_title("Return vs env steps")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
     return save_figure(fig, out_dir, "training")
 
 

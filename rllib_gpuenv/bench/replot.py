@@ -1,0 +1,70 @@
+"""Draw the plots and print the tables of recorded benchmark results again, from their JSON.
+
+    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training, breakdown found there
+
+A change to how results are shown (a labelled line, a legend moved, a new column computed from
+the recorded curves) then reaches the committed figures without rerunning the benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Callable
+
+
+def _scaling(result: dict, out_dir: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import throughput
+
+    rows = result["rows"]
+    return throughput.summary(rows), throughput.plot_scaling(rows, out_dir, "scaling", result["meta"].get("turning_points"))
+
+
+def _training(result: dict, out_dir: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import training
+
+    runs, target = result["meta"]["curves"], result["meta"]["target"]
+    return training.summary_text(training.summarise(runs, target), target), training.plot_curves(runs, target, out_dir)
+
+
+def _breakdown(result: dict, out_dir: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import breakdown
+
+    rows = result["rows"]
+    return breakdown.table(rows), breakdown.plot_breakdown(rows, out_dir)
+
+
+REPLOTS: dict[str, Callable[[dict, str], tuple[str, str]]] = {"scaling": _scaling, "training": _training, "breakdown": _breakdown}
+
+
+def replot(folder: str, out_dir: str | None = None) -> list[str]:
+    """Every known ``<name>.json`` in ``folder``: print its table, write ``<name>.png`` to
+    ``out_dir`` (default: the same folder); return the plots' paths."""
+    out_dir = out_dir or folder
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for name, draw in REPLOTS.items():
+        path = os.path.join(folder, f"{name}.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            result = json.load(f)
+        text, plot = draw(result, out_dir)
+        print(f"== {name} ({path})\n{text}\nplot: {plot}\n")
+        written.append(plot)
+    if not written:
+        raise SystemExit(f"{folder}: none of {', '.join(f'{n}.json' for n in REPLOTS)} found")
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rllib_gpuenv.bench.replot", description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="where the results' JSON files are (e.g. benchmarks/)")
+    parser.add_argument("--out", help="where to write the plots (default: the same folder)")
+    args = parser.parse_args(argv)
+    replot(args.folder, args.out)
+
+
+if __name__ == "__main__":
+    main()
