@@ -101,15 +101,17 @@ def experiment_where(source: str, name: str) -> str:
 
 
 def algorithm_config(run: Any, where: str = "<command line>"):
-    """The default config of an algorithm named as in ``run:`` (``DevicePPO`` or RLlib's names)."""
+    """The default config of an algorithm named as in ``run:`` (``DevicePPO``, ``DeviceDQN`` or
+    RLlib's names)."""
     from ray.rllib.algorithms.registry import ALGORITHMS
 
-    if run == "DevicePPO":
-        from rllib_gpuenv.rllib import DevicePPOConfig
+    from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
 
-        return DevicePPOConfig()
+    device_algorithms = {"DevicePPO": DevicePPOConfig, "DeviceDQN": DeviceDQNConfig}
+    if run in device_algorithms:
+        return device_algorithms[run]()
     if run not in ALGORITHMS:
-        names = ["DevicePPO", *sorted(ALGORITHMS)]
+        names = [*device_algorithms, *sorted(ALGORITHMS)]
         close = difflib.get_close_matches(str(run), names, n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise key_error(where, "run", f"unknown algorithm {run!r}; {hint}available: {', '.join(names)}")
@@ -224,7 +226,7 @@ def prepare_settings(config: Any, settings: dict, where: str) -> dict:
     for key in settings:
         if key in METHOD_SECTIONS:
             if getattr(config, key, None) is None:
-                raise key_error(where, key, "a DevicePPO section: needs run: DevicePPO")
+                raise key_error(where, key, "a section of the device algorithms: needs run: DevicePPO or DeviceDQN")
             if not isinstance(settings[key], dict):
                 raise key_error(where, key, f"expected a mapping of {key}() arguments, got {settings[key]!r}")
             continue

@@ -296,12 +296,12 @@ def _observation_filter(value: Any, config: Any, where: str) -> dict:
         raise key_error(where, "observation_filter", f"unknown filter {value!r}; use one of {sorted(OBSERVATION_FILTERS)}")
     if value == "NoFilter":
         return {}  # what the new stack does anyway
-    from rllib_gpuenv.rllib.ppo import DevicePPOConfig
+    from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 
-    if isinstance(config, DevicePPOConfig):
+    if isinstance(config, DeviceRolloutsConfig):
         raise key_error(
             where, "observation_filter",
-            f"{value} needs an env-to-module connector, and DevicePPO's env runner runs none: "
+            f"{value} needs an env-to-module connector, and the device env runner runs none: "
             "drop observation_filter (normalise in the env instead), or use run: PPO",
         )  # fmt: skip
     _warn(where, "observation_filter", f"{value} is applied as RLlib's MeanStdFilter env-to-module connector")

@@ -145,9 +145,7 @@ def _split(whole: float, pieces: dict[str, float]) -> tuple[dict[str, float], fl
 
 
 def device_path(device: str | None, num_envs: int, rollout_length: int, iterations: int) -> dict:
-    from ray.rllib.core.columns import Columns
-
-    from rllib_gpuenv.rllib.gae import compute_gae
+    from rllib_gpuenv.rllib.ppo import rollout_batch
     from rllib_gpuenv.train import cartpole_config
 
     config = cartpole_config(device=device, seed=0).env_runners(num_envs_per_env_runner=num_envs)
@@ -157,11 +155,13 @@ def device_path(device: str | None, num_envs: int, rollout_length: int, iteratio
     try:
         runner, T = algo.env_runner, config.rollout_length
         dev = runner._device
-        learner_device = algo.learner_group._learner._device
+        learner = algo.learner_group._learner
+        learner_device = learner._device
         clock = PhaseClock(dev)
-        clock.wrap(algo, "_sample_batches", "sampling")  # DevicePPO.training_step's three phases
+        clock.wrap(runner, "sample", "sampling")  # DevicePPO.training_step's three phases
+        clock.wrap(runner, "get_metrics", "sampling")
         clock.wrap(algo, "update_learners", "update")
-        clock.wrap(algo, "_sync_whole_module", "sync")
+        clock.wrap(algo.env_runner_group, "sync_weights", "sync")
         algo.train()  # warm-up (compilation, allocations)
         seconds, phases, results, gpu = _train(algo, iterations, clock)
 
@@ -176,26 +176,24 @@ def device_path(device: str | None, num_envs: int, rollout_length: int, iteratio
         @torch.no_grad()
         def inference():
             for _ in range(T):
-                out = runner.module.forward_train({Columns.OBS: obs})
-                runner.module.compute_values({Columns.OBS: obs}, embeddings=out.get(Columns.EMBEDDINGS))
-                runner._distribution(out[Columns.ACTION_DIST_INPUTS], True).sample()
+                runner._act(obs, True, 0)
 
-        rewards, values = torch.rand(T, num_envs, device=dev), torch.rand(T + 1, num_envs, device=dev)
-        done = torch.rand(T, num_envs, device=dev) < 0.02
         sampling, sampling_rest, sampling_scale = _split(phases["sampling"], {
             "env stepping": _timed(stepping, dev),
             "policy inference": _timed(inference, dev),
-            "advantages (GAE)": _timed(lambda: compute_gae(rewards, values, done, ~done, 0.99, 0.95), dev),
         })  # fmt: skip
-        copy = {}
-        if torch.device(learner_device) != dev:  # the batch crosses to the learner's device inside the update
-            batch = runner.sample()
-            copy = {"host<->device + connectors": _timed(lambda: {k: v.to(learner_device) for k, v in batch.items()}, dev)}
-        update, update_rest, update_scale = _split(phases["update"], copy)
+        # The update phase's pieces: the rollout crossing to the learner's device (where it is
+        # another one), and the critic's values and GAE the learner computes before RLlib's update.
+        rollout = runner.sample()
+        pieces = {"advantages (values + GAE)": _timed(lambda: learner._with_advantages(rollout_batch(rollout), T), learner_device)}
+        if torch.device(learner_device) != dev:
+            pieces["host<->device + connectors"] = _timed(lambda: rollout.to(learner_device), dev)
+        update, update_rest, update_scale = _split(phases["update"], pieces)
         parts = {
             **sampling,
             "rest of sampling (rollout loop, episodes)": sampling_rest,
             "host<->device + connectors": update.get("host<->device + connectors", 0.0),
+            "advantages (GAE)": update["advantages (values + GAE)"],
             "learner update": update_rest,
             "weight sync": phases["sync"],
         }

@@ -111,7 +111,7 @@ def _rllib_sampling_rate(algo, repeats: int = 5) -> float:
 
     def sample(runner) -> int:
         if isinstance(runner, DeviceEnvRunner):
-            return len(runner.sample()["obs"])
+            return runner.sample().num_env_steps
         return sum(e.env_steps() for e in runner.sample(num_timesteps=1000))
 
     group = algo.env_runner_group

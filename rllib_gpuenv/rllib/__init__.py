@@ -1,7 +1,9 @@
-"""The RLlib side: a device env runner, device GAE, and PPO fed with device batches."""
+"""The RLlib side: the device env runner, its rollouts, and PPO and DQN fed with them."""
 
+from rllib_gpuenv.rllib.dqn import DeviceDQN, DeviceDQNConfig
 from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
 from rllib_gpuenv.rllib.learner import DevicePPOTorchLearner
 from rllib_gpuenv.rllib.ppo import DevicePPO, DevicePPOConfig
+from rllib_gpuenv.rllib.rollout import Rollout
 
-__all__ = ["DeviceEnvRunner", "DevicePPO", "DevicePPOConfig", "DevicePPOTorchLearner"]
+__all__ = ["DeviceDQN", "DeviceDQNConfig", "DeviceEnvRunner", "DevicePPO", "DevicePPOConfig", "DevicePPOTorchLearner", "Rollout"]

@@ -1,30 +1,34 @@
-"""``DeviceEnvRunner``: RLlib rollouts that never leave the device.
+"""``DeviceEnvRunner``: RLlib rollouts that never leave the device, for any algorithm.
 
 RLlib's stock runner asks the env for host numpy, splits every step into per-env episode
 objects in Python, and converts actions back to numpy. This runner keeps the vector env and
-the whole actor-critic module on one device and collects a rollout into preallocated
-``(T, N)`` tensors: per step one module forward pass and one ``env.step`` on the device, no
-per-env Python, no host round trip. At the end it computes GAE on the device and returns a
-ready training batch (``DevicePPO`` feeds it to the learner without touching it).
+RLlib's inference-only ``RLModule`` on one device and fills a ``Rollout`` of preallocated
+``(T, N)`` tensors: per step one module forward pass and one ``env.step``, no per-env Python, no
+host round trip. It works for any action space: actions come from the module (its own
+epsilon-greedy, or a sample of its RLlib action distribution), ``Box`` actions are unsquashed or
+clipped to the space before ``env.step`` as RLlib's ``NormalizeAndClipActions`` does, and the
+log-probability is that of the unclipped sample. What the rollout becomes (advantages,
+replay transitions) is the algorithm's business (``ppo.py``, ``dqn.py``).
 
-Plug it in with ``config.env_runners(env_runner_cls=DeviceEnvRunner)``;
-``DevicePPOConfig`` does that for you.
+Plug it in with ``config.env_runners(env_runner_cls=DeviceEnvRunner)``; ``DevicePPOConfig`` and
+``DeviceDQNConfig`` do that for you.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import importlib
 import logging
 import math
 
 import gymnasium as gym
+import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import (
     EPISODE_DURATION_SEC_MEAN,
@@ -38,25 +42,12 @@ from ray.rllib.utils.metrics import (
 
 from rllib_gpuenv.devices import resolve_device
 from rllib_gpuenv.envs import env_definition, make_vector_env
-from rllib_gpuenv.rllib.gae import compute_gae
+from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv
 
 logger = logging.getLogger(__name__)
 
-ADVANTAGES = "advantages"
-VALUE_TARGETS = "value_targets"
-
-
-@dataclasses.dataclass
-class PlayedSteps:
-    """What an evaluation ``sample`` returns: RLlib only counts the env steps of what it gets back."""
-
-    steps: int
-
-    def env_steps(self) -> int:
-        return self.steps
-
-    agent_steps = env_steps
+CHECK_EVERY = 32  # evaluation asks the device whether every env is done once per this many steps
 
 
 def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, config=None) -> torch.device:
@@ -79,32 +70,61 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
     return torch.device("cpu")  # a remote runner without GPUs (Ray hides them from it)
 
 
-def make_device_env(env_spec, num_envs: int, device: torch.device, env_config: dict) -> gym.vector.VectorEnv:
+def make_device_env(env_spec, num_envs: int, device: torch.device, env_config: dict, num_threads: int | None = None) -> gym.vector.VectorEnv:
     """A vector env whose inputs and outputs are tensors on ``device``.
 
-    This package's envs (``GPUCartPole-v1``, ...) are built directly on the device; any other
-    gymnasium id is vectorised by gymnasium and wrapped in ``DeviceEnv``.
+    Registered ``GPUVectorEnv`` ids (the suite's, or yours: ``"your_module:Env-v0"`` imports
+    ``your_module`` first) are built directly on the device, with ``num_threads`` CPU threads
+    where they run on numba-cpu; any other gymnasium id is vectorised by gymnasium and wrapped
+    in ``DeviceEnv``.
     """
     env_config = {k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output")}
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
         importlib.import_module(env_spec.split(":", 1)[0])
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:
+        if num_threads is not None and env_config.get("backend", "auto") in ("auto", "numba-cpu"):
+            env_config.setdefault("num_threads", num_threads)
         return make_vector_env(env_spec, num_envs, device=device, output="torch", reuse_outputs=True, validate_actions=False, **env_config)
     if not isinstance(env_spec, str):
         raise ValueError(f"the device env runner needs a gymnasium env id, got {env_spec!r}")
     return DeviceEnv(gym.make_vec(env_spec, num_envs=num_envs, vectorization_mode="sync", **env_config), device)
 
 
+class ActionsForEnv:
+    """What RLlib's ``NormalizeAndClipActions`` does to a ``Box`` action before the env gets it,
+    on the device: unsquash from [-1, 1] to the bounds (``normalize_actions``), or clip to them
+    (``clip_actions``), or neither. Other spaces pass through."""
+
+    def __init__(self, space: gym.Space, normalize: bool, clip: bool, device: torch.device):
+        self.box = isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
+        bounded = self.box and bool(np.all(space.bounded_below) and np.all(space.bounded_above))
+        self.normalize = bool(normalize) and bounded
+        self.clip = bool(clip) and not self.normalize and bounded
+        if self.box:
+            self.low = torch.as_tensor(space.low, device=device)
+            self.high = torch.as_tensor(space.high, device=device)
+
+    def __call__(self, actions: torch.Tensor) -> torch.Tensor:
+        if self.normalize:
+            actions = self.low + (actions + 1.0) * (self.high - self.low) / 2.0
+        if self.normalize or self.clip:
+            actions = torch.maximum(torch.minimum(actions, self.high), self.low)
+        return actions
+
+
 class DeviceEnvRunner(SingleAgentEnvRunner):
-    """An RLlib env runner whose env, module and rollout buffer share one device."""
+    """An RLlib env runner whose env, module and rollout buffers share one device."""
 
     def make_env(self) -> None:
         config = self.config
         requested = getattr(config, "env_runner_device", "auto")
         if config.in_evaluation and getattr(config, "eval_env_runner_device", None) is not None:
             requested = config.eval_env_runner_device
-        self._device = runner_device(requested, self.worker_index or 0, config.num_gpus_per_env_runner, config)
-        env = make_device_env(config.env, config.num_envs_per_env_runner, self._device, config.env_config)
+        worker = self.worker_index or 0
+        self._device = runner_device(requested, worker, config.num_gpus_per_env_runner, config)
+        # numba-cpu envs use the CPUs Ray gave a remote runner; the local runner's process all of its own.
+        threads = max(1, int(config.num_cpus_per_env_runner)) if worker else None
+        env = make_device_env(config.env, config.num_envs_per_env_runner, self._device, config.env_config, threads)
         if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
             raise ValueError(f"the device env runner needs NEXT_STEP autoreset, {env} has {env.metadata['autoreset_mode']}")
         if getattr(config, "check_devices", False):
@@ -112,126 +132,194 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self.env = env
         self.num_envs = env.num_envs
         self._obs = None
+        self._buffers: Rollout | None = None
+        self._actions_for_env = ActionsForEnv(env.single_action_space, config.normalize_actions, config.clip_actions, self._device)
         # (return, length) of this runner's share of the last metrics_num_episodes_for_smoothing episodes
         window = math.ceil(config.metrics_num_episodes_for_smoothing / max(1, config.num_env_runners))
         self._recent_episodes: collections.deque = collections.deque(maxlen=max(1, window))
         role = "evaluation env runner" if config.in_evaluation else "env runner"
-        logger.info("%s %d: %d envs of %s on %s", role, self.worker_index or 0, self.num_envs, config.env, self._device)
+        logger.info("%s %d: %d envs of %s on %s", role, worker, self.num_envs, config.env, self._device)
 
     def make_module(self) -> None:
-        # The whole actor-critic (not RLlib's inference-only copy): GAE needs the values here.
-        spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=False)
-        self.module = spec.build().to(self._device)
+        """RLlib's inference-only module (the actor; weight sync is RLlib's own), on the device."""
+        super().make_module()
         if getattr(self.config, "check_devices", False):
             CheckDevice(self.module, self._device)
-        self._action_dist_cls = self.module.get_exploration_action_dist_cls()
+
+    # ------------------------------------------------------------------ acting
+    def _act(self, obs: torch.Tensor, explore: bool, t: int):
+        """The module's actions for ``obs``: ``(actions, logp, dist_inputs)`` (None where the
+        module chose the actions itself, as DQN's epsilon-greedy does)."""
+        batch = {Columns.OBS: obs}
+        out = self.module.forward_exploration(batch, t=t) if explore else self.module.forward_inference(batch)
+        if Columns.ACTIONS in out:
+            actions = out[Columns.ACTIONS]
+            return actions, out.get(Columns.ACTION_LOGP), out.get(Columns.ACTION_DIST_INPUTS)
+        dist_inputs = out[Columns.ACTION_DIST_INPUTS]
+        cls = self.module.get_exploration_action_dist_cls() if explore else self.module.get_inference_action_dist_cls()
+        dist = cls.from_logits(dist_inputs)
+        if not explore:
+            dist = dist.to_deterministic()
+        actions = dist.sample()
+        return actions, dist.logp(actions) if explore else None, dist_inputs
+
+    def _global_step(self) -> int:
+        """Env steps sampled by all runners so far (RLlib's stock runner's estimate), for
+        exploration schedules such as DQN's epsilon."""
+        runners = self.config.num_env_runners or 1
+        return (self.num_env_steps_sampled_lifetime // runners) * runners
 
     def _reset(self) -> None:
         seed = None if self.config.seed is None else self.config.seed + (self.worker_index or 0)
         self._obs, _ = self.env.reset(seed=seed)
         self._prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self._device)
 
-    def _distribution(self, logits: torch.Tensor, explore: bool):
-        dist = self._action_dist_cls.from_logits(logits)
-        return dist if explore else dist.to_deterministic()
+    def _allocate(self, actions: torch.Tensor, logp, dist_inputs) -> Rollout:
+        T, N, device = self.config.rollout_length, self.num_envs, self._device
+
+        def empty(like, dtype=None):
+            return torch.empty((T, *like.shape), dtype=dtype or like.dtype, device=device)
+
+        flags = torch.zeros(N, dtype=torch.bool, device=device)
+        rewards = torch.zeros(N, dtype=torch.float32, device=device)
+        return Rollout(
+            obs=empty(self._obs), actions=empty(actions), logp=empty(rewards), rewards=empty(rewards),
+            dist_inputs=None if dist_inputs is None else empty(dist_inputs),
+            terminated=empty(flags), truncated=empty(flags), valid=empty(flags), last_obs=torch.empty_like(self._obs),
+        )  # fmt: skip
 
     def sample(self, *, num_timesteps=None, num_episodes=None, explore=None, random_actions=False, force_reset=False, **kwargs):
-        """Collect ``rollout_length`` steps of every env; return a ready PPO batch (a dict of tensors).
+        """Collect ``rollout_length`` steps of every env into a ``Rollout``.
 
-        Rows whose step was a NEXT_STEP reset (the action was ignored) get ``loss_mask`` False.
         Asked for a number of episodes or timesteps (what RLlib's evaluation does), the runner
-        plays that much from fresh episodes instead, logs the episode metrics and returns no batch.
+        plays fresh episodes instead (``_evaluate``) and returns them as RLlib episodes.
         """
         explore = self.config.explore if explore is None else explore
         if num_episodes is not None or num_timesteps is not None:
             return self._evaluate(num_episodes, num_timesteps, explore)
-        T, N, device = self.config.rollout_length, self.num_envs, self._device
+        if random_actions:
+            raise NotImplementedError("DeviceEnvRunner samples from the module; random_actions is not supported")
         if self._obs is None or force_reset:
             self._reset()
-        obs = torch.empty((T, *self._obs.shape), dtype=self._obs.dtype, device=device)
-        actions = torch.empty((T, N), dtype=torch.int64, device=device)
-        logp = torch.empty((T, N), device=device)
-        dist_inputs = None
-        values = torch.empty((T + 1, N), device=device)
-        rewards = torch.empty((T, N), device=device)
-        terminated = torch.empty((T, N), dtype=torch.bool, device=device)
-        truncated = torch.empty((T, N), dtype=torch.bool, device=device)
-        mask = torch.empty((T, N), dtype=torch.bool, device=device)
-        ended = torch.zeros((T, N), dtype=torch.bool, device=device)
-        ended_return = torch.zeros((T, N), device=device)
-        ended_length = torch.zeros((T, N), dtype=torch.int32, device=device)
-
+        T = self.config.rollout_length
+        t0 = self._global_step()
+        episodes = []  # (mask, returns, lengths) per step, on the device
         with torch.no_grad():
             for t in range(T):
-                obs[t] = self._obs
-                out = self.module.forward_train({Columns.OBS: obs[t]})
-                logits = out[Columns.ACTION_DIST_INPUTS]
-                if dist_inputs is None:
-                    dist_inputs = torch.empty((T, *logits.shape), device=device)
-                dist_inputs[t] = logits
-                values[t] = self.module.compute_values({Columns.OBS: obs[t]}, embeddings=out.get(Columns.EMBEDDINGS))
-                dist = self._distribution(logits, explore)
-                actions[t] = dist.sample()
-                logp[t] = dist.logp(actions[t]) if explore else 0.0
-                self._obs, rewards[t], terminated[t], truncated[t], info = self.env.step(actions[t])
-                mask[t] = ~self._prev_done
-                self._prev_done = terminated[t] | truncated[t]
+                actions, logp, dist_inputs = self._act(self._obs, explore, t0 + t * self.num_envs)
+                if self._buffers is None or self._buffers.actions.shape[1:] != actions.shape:
+                    self._buffers = self._allocate(actions, logp, dist_inputs)
+                r = self._buffers
+                r.obs[t] = self._obs
+                r.actions[t] = actions
+                r.logp[t] = 0.0 if logp is None else logp
+                if r.dist_inputs is not None:
+                    r.dist_inputs[t] = dist_inputs
+                self._obs, r.rewards[t], r.terminated[t], r.truncated[t], info = self.env.step(self._actions_for_env(actions))
+                r.valid[t] = ~self._prev_done
+                self._prev_done = r.terminated[t] | r.truncated[t]
                 if "episode" in info:
-                    ended[t] = info["_episode"]
-                    ended_return[t] = info["episode"]["r"]
-                    ended_length[t] = info["episode"]["l"]
-            values[T] = self.module.compute_values({Columns.OBS: self._obs})
+                    episodes.append((info["_episode"], info["episode"]["r"], info["episode"]["l"]))
+            r.last_obs.copy_(self._obs)
+        ended, returns, lengths = (torch.stack(x) for x in zip(*episodes)) if episodes else (None, None, None)
+        self._log_metrics(T * self.num_envs, returns[ended] if episodes else torch.zeros(0), lengths[ended] if episodes else torch.zeros(0))
+        rollout = self._buffers
+        if self.worker_index:  # a remote runner: the rollout travels through Ray's object store
+            rollout = rollout.to("cpu")
+        return rollout
 
-        advantages, value_targets = compute_gae(rewards, values, terminated, truncated, self.config.gamma, self.config.lambda_)
-        valid = advantages[mask]
-        advantages = (advantages - valid.mean()) / valid.std().clamp_min(1e-4)
+    def _evaluate(self, num_episodes: int | None, num_timesteps: int | None, explore: bool) -> list[SingleAgentEpisode]:
+        """Play episodes in all envs at once; return them (RLlib episodes) and log their metrics.
 
-        batch = {
-            Columns.OBS: obs.flatten(0, 1),
-            Columns.ACTIONS: actions.flatten(),
-            Columns.ACTION_LOGP: logp.flatten(),
-            Columns.ACTION_DIST_INPUTS: dist_inputs.flatten(0, 1),
-            ADVANTAGES: advantages.flatten(),
-            VALUE_TARGETS: value_targets.flatten(),
-            Columns.LOSS_MASK: mask.flatten(),
-        }
-        self._log_metrics(T * N, ended_return[ended], ended_length[ended])
-        if self.worker_index:  # a remote runner: the batch travels through Ray's object store
-            batch = {k: v.cpu() for k, v in batch.items()}
-        return batch
-
-    def _evaluate(self, num_episodes: int | None, num_timesteps: int | None, explore: bool) -> list[PlayedSteps]:
-        """Play fresh episodes in all envs at once until ``num_episodes`` have ended (or
-        ``num_timesteps`` env steps have passed); log their metrics on the device's behalf.
-
-        Checks the episode count on the host only every ``CHECK_EVERY`` steps.
+        Asked for episodes: the episodes that end first are the short ones, so counting the
+        first ``num_episodes`` to end would bias the return low. Instead every env starts an
+        episode at once, and the first episode of each of the first ``num_episodes`` envs
+        counts, however long it takes (more envs than that still step, and are not counted);
+        for more episodes than envs, rounds of this. Asked for timesteps: all envs step
+        ``ceil(num_timesteps / N)`` times, going on from where the last call stopped, as RLlib's
+        own runner does; the episodes that end count (whole: their return and length come from
+        the env), and what was played is returned as episode chunks. The host asks the device
+        whether all counted envs are done once every ``CHECK_EVERY`` steps, not every step.
         """
-        CHECK_EVERY = 16
-        self._reset()
-        returns, lengths, steps = [], [], 0
-        ended_count = torch.zeros((), dtype=torch.int64, device=self._device)
-        with torch.no_grad():
-            while True:
-                logits = self.module.forward_inference({Columns.OBS: self._obs})[Columns.ACTION_DIST_INPUTS]
-                self._obs, _, _, _, info = self.env.step(self._distribution(logits, explore).sample())
-                steps += self.num_envs
-                if "episode" in info:
-                    ended = info["_episode"]
-                    returns.append(info["episode"]["r"][ended])
-                    lengths.append(info["episode"]["l"][ended])
-                    ended_count += ended.sum()
-                if num_timesteps is not None and steps >= num_timesteps:
-                    break
-                if num_episodes is not None and steps % (CHECK_EVERY * self.num_envs) == 0 and int(ended_count) >= num_episodes:
-                    break
-        self._obs = None  # the next training rollout starts from fresh episodes
-        returns = torch.cat(returns) if returns else torch.zeros(0)
-        lengths = torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.int32)
+        N = self.num_envs
         if num_episodes is not None:
-            returns, lengths = returns[:num_episodes], lengths[:num_episodes]
-        self._log_metrics(steps, returns, lengths, windowed=False)
-        return [PlayedSteps(steps)]
+            episodes: list[SingleAgentEpisode] = []
+            returns, lengths, steps = [], [], 0
+            while len(episodes) < num_episodes:
+                count = min(N, num_episodes - len(episodes))
+                played = self._play(explore, getattr(self.env, "max_episode_steps", None) or 100_000, count,
+                                    stop=lambda done, count=count: bool(done[:count].all()), reset=True)  # fmt: skip
+                new = [chunk for i in range(count) for chunk in self._chunks(played, i)[:1] if chunk.is_done]
+                episodes += new
+                returns += [float(e.get_return()) for e in new]
+                lengths += [len(e) for e in new]
+                steps += played["steps"] * N
+            self._obs = None  # the next rollout starts from fresh episodes
+        else:
+            played = self._play(explore, math.ceil(num_timesteps / N), N, stop=lambda done: False, reset=self._obs is None)
+            episodes = [chunk for i in range(N) for chunk in self._chunks(played, i)]
+            returns, lengths, steps = played["ended_returns"], played["ended_lengths"], played["steps"] * N
+        self._log_metrics(steps, torch.tensor(returns), torch.tensor(lengths), windowed=False)
+        return episodes
 
+    def _play(self, explore: bool, max_steps: int, recorded: int, stop, reset: bool) -> dict:
+        """Step all envs (from a reset, if ``reset``) until ``stop(done_once)`` (asked every
+        ``CHECK_EVERY`` steps) or ``max_steps``, recording the first ``recorded`` envs:
+        ``(steps, recorded, ...)`` arrays of what they saw and did, which steps were NEXT_STEP
+        resets, and the returns and lengths of all episodes that ended (from the env)."""
+        if reset:
+            self._reset()
+        record = {key: [] for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid")}
+        record["obs"].append(self._obs[:recorded].clone())
+        ended = []
+        done_once = torch.zeros(self.num_envs, dtype=torch.bool, device=self._device)
+        with torch.no_grad():
+            for t in range(max_steps):
+                actions, _, _ = self._act(self._obs, explore, self._global_step())
+                valid = ~self._prev_done
+                self._obs, reward, term, trunc, info = self.env.step(self._actions_for_env(actions))
+                self._prev_done = term | trunc
+                for key, value in (("obs", self._obs), ("actions", actions), ("rewards", reward),
+                                   ("terminated", term), ("truncated", trunc), ("valid", valid)):  # fmt: skip
+                    record[key].append(value[:recorded].clone())
+                if "episode" in info:
+                    ended.append((info["_episode"], info["episode"]["r"], info["episode"]["l"]))
+                done_once |= term | trunc
+                if (t + 1) % CHECK_EVERY == 0 and stop(done_once):
+                    break
+        played = {key: torch.stack(values).cpu().numpy() for key, values in record.items()}
+        played["steps"] = len(record["rewards"])
+        mask, rets, lens = (torch.stack(x) for x in zip(*ended)) if ended else (torch.zeros(0, dtype=torch.bool),) * 3
+        played["ended_returns"], played["ended_lengths"] = rets[mask].tolist(), lens[mask].tolist()
+        return played
+
+    def _chunks(self, played: dict, i: int) -> list[SingleAgentEpisode]:
+        """Env ``i``'s steps in ``played`` as RLlib episodes: whole episodes and, at either end,
+        the pieces of episodes the recording cut (NEXT_STEP reset steps belong to none)."""
+        chunks, start = [], None
+        done = played["terminated"][:, i] | played["truncated"][:, i]
+        for t in range(played["steps"]):
+            if not played["valid"][t, i]:  # a reset step: the next episode starts after it
+                start = None
+                continue
+            start = t if start is None else start
+            if done[t]:
+                chunks.append(self._episode(played, i, start, t + 1))
+                start = None
+        if start is not None:
+            chunks.append(self._episode(played, i, start, played["steps"]))
+        return chunks
+
+    def _episode(self, played: dict, i: int, start: int, end: int) -> SingleAgentEpisode:
+        """Env ``i``'s steps ``[start, end)`` as an RLlib episode (numpy)."""
+        return SingleAgentEpisode(
+            observations=list(played["obs"][start : end + 1, i]), actions=list(played["actions"][start:end, i]),
+            rewards=list(played["rewards"][start:end, i]), terminated=bool(played["terminated"][end - 1, i]),
+            truncated=bool(played["truncated"][end - 1, i]), len_lookback_buffer=0,
+            observation_space=self.env.single_observation_space, action_space=self.env.single_action_space,
+        ).to_numpy()  # fmt: skip
+
+    # ------------------------------------------------------------------ metrics
     def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, windowed: bool = True) -> None:
         """RLlib's standard counters and episode metrics, from the on-device episode stats.
 

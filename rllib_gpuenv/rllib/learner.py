@@ -1,25 +1,37 @@
-"""``DevicePPOTorchLearner``: RLlib's PPO learner with a cheaper optimizer step.
+"""``DevicePPOTorchLearner``: RLlib's PPO learner, fed rollouts, with a cheaper optimizer step.
 
-The loss, the minibatch loop and the metrics are RLlib's own (``PPOTorchLearner``). Two parts
-of RLlib's ``TorchLearner`` cost more than the small networks of classic control are worth,
-once per minibatch update:
+The loss, the minibatch loop and the metrics are RLlib's own (``PPOTorchLearner``). Two
+additions:
 
-* the optimizer: ``torch.optim.Adam`` defaults to one loop over the parameters in Python;
-  the fused implementation does the whole step in one kernel (3.6x faster on CartPole's
-  actor-critic on a CPU, and one launch instead of dozens on a GPU);
-* the gradient check: RLlib tests every gradient tensor for NaN/inf twice, one host sync per
-  tensor (24 syncs per update for two 3-layer MLPs). Here one check covers all of them, and
-  only when it fails does RLlib's own handling (warn, zero the NaNs) run.
+* **Advantages on the learner.** ``DevicePPO`` hands the learner rollouts (``rollout.py``),
+  flattened env-major; before the minibatch loop the learner computes every value in one
+  batched pass of its critic and GAE on its device. The env runners then need only RLlib's
+  inference-only module (the actor), and weight sync is RLlib's own. Measured against values
+  computed on the runner at every step: see benchmarks/RESULTS.md ("where the values go").
+* **A cheaper optimizer step.** ``torch.optim.Adam`` defaults to one loop over the parameters
+  in Python; the fused implementation does the whole step in one kernel (3.6x faster on
+  CartPole's actor-critic on a CPU, one launch instead of dozens on a GPU). RLlib tests every
+  gradient tensor for NaN/inf twice, one host sync per tensor; here one check covers all of
+  them, and only when it fails does RLlib's own handling (warn, zero the NaNs) run.
 """
 
 from __future__ import annotations
 
 import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.training_data import TrainingData
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+from rllib_gpuenv.rllib.gae import compute_gae
+
+ADVANTAGES = "advantages"
+VALUE_TARGETS = "value_targets"
 
 
-class DevicePPOTorchLearner(PPOTorchLearner):
-    """``PPOTorchLearner`` with fused Adam and one finite-gradient check per update."""
+class FusedAdamLearnerMixin:
+    """Fused Adam and one finite-gradient check per update, for any RLlib torch learner."""
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         params = self.get_parameters(self._module[module_id])
@@ -41,3 +53,39 @@ class DevicePPOTorchLearner(PPOTorchLearner):
         for module_id, optimizer_names in self._module_optimizers.items():
             for optimizer_name in optimizer_names:
                 self.get_optimizer(module_id, optimizer_name).step()
+
+
+class DevicePPOTorchLearner(FusedAdamLearnerMixin, PPOTorchLearner):
+    """``PPOTorchLearner`` that computes values and advantages of rollouts itself."""
+
+    def update(self, batch=None, *, training_data: TrainingData | None = None, rollout_length: int | None = None, **kwargs):
+        """RLlib's update; with ``rollout_length``, the batch holds env-major rollout rows (see
+        ``ppo.rollout_batch``) and gets its advantages and value targets first."""
+        if rollout_length is not None:
+            batch = self._with_advantages(batch if training_data is None else training_data.batch, rollout_length)
+            training_data = None
+        return super().update(batch=batch, training_data=training_data, **kwargs)
+
+    @torch.no_grad()
+    def _with_advantages(self, batch: MultiAgentBatch, T: int) -> MultiAgentBatch:
+        columns = batch.policy_batches[DEFAULT_MODULE_ID]
+        config = self.config.get_config_for_module(DEFAULT_MODULE_ID)
+        tensors = {k: torch.as_tensor(v).to(self._device) for k, v in columns.items()}
+        module = self.module[DEFAULT_MODULE_ID]
+        n = len(tensors[Columns.OBS]) // T
+        obs = tensors[Columns.OBS]
+        last_obs = tensors[Columns.NEXT_OBS].reshape(n, T, *obs.shape[1:])[:, -1]
+        values = module.compute_values({Columns.OBS: torch.cat([obs, last_obs])})
+        values = torch.cat([values[: n * T].reshape(n, T), values[n * T :].reshape(n, 1)], dim=1).T  # (T + 1, n)
+
+        def time_major(key):
+            return tensors[key].reshape(n, T).T
+
+        advantages, targets = compute_gae(time_major(Columns.REWARDS), values, time_major(Columns.TERMINATEDS),
+                                          time_major(Columns.TRUNCATEDS), config.gamma, config.lambda_)  # fmt: skip
+        valid = time_major(Columns.LOSS_MASK)
+        normalised = (advantages - advantages[valid].mean()) / advantages[valid].std().clamp_min(1e-4)
+        tensors[ADVANTAGES] = normalised.T.reshape(-1)
+        tensors[VALUE_TARGETS] = targets.T.reshape(-1)
+        del tensors[Columns.NEXT_OBS], tensors[Columns.REWARDS], tensors[Columns.TERMINATEDS], tensors[Columns.TRUNCATEDS]
+        return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(tensors)}, env_steps=batch.env_steps())

@@ -1,19 +1,19 @@
-"""PPO fed with device batches: ``DevicePPOConfig`` and ``DevicePPO``.
+"""PPO fed with device rollouts: ``DevicePPOConfig`` and ``DevicePPO``.
 
-The only change to RLlib's PPO is where the training data comes from: the env runners return
-ready batches (advantages already computed on their device, see ``DeviceEnvRunner``) and the
-training step hands them to the LearnerGroup as a ``batch``, bypassing the episode-based
-learner connectors. When runner and learner share a device nothing is copied; remote runners'
-batches travel through Ray as usual. The loss is RLlib's own PPO loss; the learner
-(``DevicePPOTorchLearner``) only makes the optimizer step cheaper.
+RLlib's PPO with one change: where its training data comes from. The env runners return
+rollouts (``Rollout``: ``(T, N)`` tensors, from RLlib's inference-only module) and the training
+step hands them to the learners flattened env-major; the learner computes values in one batched
+pass and GAE on its device (``DevicePPOTorchLearner``), then runs RLlib's own PPO update (loss,
+epochs, minibatches). Weight sync is RLlib's (the actor only). When runner and learner share a
+device nothing is copied; remote runners' rollouts travel through Ray as usual.
 """
 
 from __future__ import annotations
 
 import torch
-from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
 from ray.rllib.core import ALL_MODULES, DEFAULT_MODULE_ID
+from ray.rllib.core.columns import Columns
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
@@ -26,10 +26,12 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
+from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
+from rllib_gpuenv.rllib.rollout import Rollout
+from rllib_gpuenv.rllib.sampling import sample_rollouts
 
 
-class DevicePPOConfig(PPOConfig):
+class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
     """PPO with ``DeviceEnvRunner``; the train batch follows from the rollout shape.
 
     ``train_batch_size_per_learner = rollout_length × num_envs_per_env_runner ×
@@ -39,15 +41,7 @@ class DevicePPOConfig(PPOConfig):
 
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class or DevicePPO)
-        self.env_runner_cls = DeviceEnvRunner
-        self.env_runner_device = "auto"
-        self.eval_env_runner_device = None  # None: where the training env runners are
-        self.learner_device = None  # None: RLlib's own choice from num_gpus_per_learner
-        self.rollout_length = 32
-        self.check_devices = False
-        # CartPole-ready defaults: one local runner on the default device, 64 envs.
-        self.num_env_runners = 0
-        self.num_envs_per_env_runner = 64
+        self._init_device_rollouts()
         self._train_batch_size_per_learner = None  # derived in validate()
         self._derived_train_batch_size = None  # what validate() derived (re-derived when the shape changes)
         self.minibatch_size = 512
@@ -58,42 +52,8 @@ class DevicePPOConfig(PPOConfig):
 
         return DevicePPOTorchLearner
 
-    def device_rollouts(self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided) -> "DevicePPOConfig":
-        """Where env runners work (``"auto"``, ``"cpu"``, ``"cuda:N"``), steps per env per
-        rollout, and whether to check every env/module tensor's device (debugging)."""
-        return self._set_provided(env_runner_device=device, rollout_length=rollout_length, check_devices=check_devices)
-
-    def devices(self, *, learner=NotProvided, env_runners=NotProvided, evaluation=NotProvided) -> "DevicePPOConfig":
-        """One device per role, as rlstructures does: e.g. the learner on ``"cuda:0"``, the
-        training env runners on ``"cuda:1"``, the evaluation env runners on ``"cuda:2"``.
-
-        Each is ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``; on one GPU, or on the CPU, the roles
-        share it. The learner's device applies to the local learner (``num_learners=0``); Ray
-        assigns remote learners their GPUs (``num_gpus_per_learner``).
-        """
-        return self._set_provided(learner_device=learner, env_runner_device=env_runners, eval_env_runner_device=evaluation)
-
-    def _set_provided(self, **settings) -> "DevicePPOConfig":
-        """Set the attributes whose value was given (RLlib's ``NotProvided`` convention)."""
-        for name, value in settings.items():
-            if value is not NotProvided:
-                setattr(self, name, value)
-        return self
-
-    @property
-    def device_batch_size(self) -> int:
-        """Env steps one iteration collects: rollout_length × envs per runner × runners."""
-        return self.rollout_length * self.num_envs_per_env_runner * max(1, self.num_env_runners)
-
     def validate(self) -> None:
-        if not isinstance(self.rollout_length, int) or self.rollout_length < 1:
-            raise ValueError(f"rollout_length must be a positive integer, got {self.rollout_length!r}")
-        from rllib_gpuenv.devices import resolve_device
-
-        for device in (self.env_runner_device, self.eval_env_runner_device):
-            if device not in (None, "auto"):
-                resolve_device(device)  # an unknown or absent device fails here, clearly
-        self._place_learner()
+        self._validate_device_rollouts()
         if not self.in_evaluation:  # evaluation runners play episodes; they make no training batches
             self._derive_train_batch_size()
         super().validate()
@@ -101,8 +61,11 @@ class DevicePPOConfig(PPOConfig):
     def _derive_train_batch_size(self) -> None:
         learners = max(1, self.num_learners)
         total = self.device_batch_size
-        if total % learners:
-            raise ValueError(f"the batch of {total} env steps (rollout_length × envs × runners) does not split over {learners} learners")
+        if self.num_envs_per_env_runner * max(1, self.num_env_runners) % learners:
+            raise ValueError(
+                f"num_envs_per_env_runner × runners = {self.num_envs_per_env_runner * max(1, self.num_env_runners)} envs do not "
+                f"split over {learners} learners (each learner takes whole envs' rollouts): make it a multiple of {learners}"
+            )
         expected = total // learners
         if self._train_batch_size_per_learner in (None, self._derived_train_batch_size):
             self._train_batch_size_per_learner = self._derived_train_batch_size = expected
@@ -115,78 +78,68 @@ class DevicePPOConfig(PPOConfig):
         if self.minibatch_size is None or expected % self.minibatch_size:
             raise ValueError(
                 f"minibatch_size={self.minibatch_size} does not divide the per-learner batch of {expected} env steps: "
-                f"use a divisor such as {_divisor_near(expected, self.minibatch_size or 512)}"
+                f"use a divisor such as {divisor_near(expected, self.minibatch_size or 512)}"
             )
 
-    def _place_learner(self) -> None:
-        """Turn ``learner_device`` into RLlib's ``num_gpus_per_learner`` and ``local_gpu_idx``."""
-        if self.learner_device is None:
-            return
-        from rllib_gpuenv.devices import resolve_device
 
-        device = resolve_device(self.learner_device)
-        if self.num_learners > 0:
-            raise ValueError(
-                f"learner_device={self.learner_device!r} places the local learner, but num_learners={self.num_learners} "
-                "asks for remote learners, whose GPUs Ray assigns: set num_gpus_per_learner instead, or num_learners=0"
-            )
-        if device.type == "cuda":
-            self.num_gpus_per_learner = self.num_gpus_per_learner or 1
-            self.local_gpu_idx = device.index if device.index is not None else torch.cuda.current_device()
-        else:
-            self.num_gpus_per_learner = 0
+def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
+    """A rollout as rows, env-major (row ``i * T + t`` is env ``i``'s step ``t``), so that a
+    learner can rebuild each env's trajectory for GAE from any whole-env shard."""
+
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(0, 1).reshape(-1, *x.shape[2:])
+
+    columns = {
+        Columns.OBS: rows(rollout.obs),
+        Columns.NEXT_OBS: rows(rollout.next_obs()),
+        Columns.ACTIONS: rows(rollout.actions),
+        Columns.ACTION_LOGP: rows(rollout.logp),
+        Columns.ACTION_DIST_INPUTS: rows(rollout.dist_inputs),
+        Columns.REWARDS: rows(rollout.rewards),
+        Columns.TERMINATEDS: rows(rollout.terminated),
+        Columns.TRUNCATEDS: rows(rollout.truncated),
+        Columns.LOSS_MASK: rows(rollout.valid),
+    }
+    return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=rollout.num_env_steps)
 
 
-def _divisor_near(n: int, target: int) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - target))
+def split_envs(rollout: Rollout, parts: int) -> list[Rollout]:
+    """``parts`` rollouts of whole envs (one per remote learner)."""
+    fields = ("obs", "actions", "logp", "dist_inputs", "rewards", "terminated", "truncated", "valid")
+    chunks = {name: torch.chunk(getattr(rollout, name), parts, dim=1) for name in fields}
+    last = torch.chunk(rollout.last_obs, parts, dim=0)
+    return [Rollout(**{name: chunks[name][i] for name in fields}, last_obs=last[i]) for i in range(parts)]
 
 
 class DevicePPO(PPO):
-    """RLlib PPO whose training step consumes the device env runners' ready batches."""
+    """RLlib PPO whose training step consumes the device env runners' rollouts."""
 
     @classmethod
     def get_default_config(cls) -> DevicePPOConfig:
         return DevicePPOConfig()
 
-    def setup(self, config) -> None:
-        super().setup(config)
-        self._sync_whole_module()
-
-    def set_state(self, state) -> None:
-        super().set_state(state)  # restores the learner, and syncs only the actor to runners
-        self._sync_whole_module()
-
-    def _sync_whole_module(self) -> None:
-        """Runners compute values for GAE, so they need the critic too, not only the actor."""
-        if self.env_runner_group is not None and self.learner_group is not None:
-            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=False)
-
     def training_step(self) -> None:
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-            batches, runner_metrics = self._sample_batches()
-            if not batches:
+            rollouts, runner_metrics = sample_rollouts(self.env_runner_group, self.config.sample_timeout_s)
+            if not rollouts:
                 return
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-            columns = {k: torch.cat([b[k] for b in batches]) if len(batches) > 1 else batches[0][k] for k in batches[0]}
+            rollout = Rollout.concat_envs(rollouts)
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            self.metrics.aggregate(self.update_learners(columns), key=LEARNER_RESULTS)
+            self.metrics.aggregate(self.update_learners(rollout), key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            self._sync_whole_module()
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
 
-    def restore_env_runners(self, env_runner_group):
-        """After RLlib restarts a failed runner (syncing only the actor), give it the critic too."""
-        restored = super().restore_env_runners(env_runner_group)
-        if restored and env_runner_group is self.env_runner_group:
-            self._sync_whole_module()
-        return restored
-
-    def update_learners(self, columns: dict) -> list:
-        """RLlib's PPO update (its loss, epochs and minibatches) on one ready device batch."""
-        num_steps = len(columns["obs"])
+    def update_learners(self, rollout: Rollout) -> list:
+        """RLlib's PPO update (its loss, epochs and minibatches) on one rollout: the local
+        learner takes it whole, remote learners a share of its envs each."""
+        learners = self.config.num_learners
+        data = {"batch": rollout_batch(rollout)} if learners <= 1 else {"batches": [rollout_batch(r) for r in split_envs(rollout, learners)]}
         return self.learner_group.update(
-            batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=num_steps),
+            **data,
+            rollout_length=rollout.length,
             timesteps={
                 NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)),
                 NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
@@ -197,11 +150,3 @@ class DevicePPO(PPO):
             minibatch_size=self.config.minibatch_size,
             shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
         )
-
-    def _sample_batches(self):
-        group = self.env_runner_group
-        if group.num_remote_env_runners() == 0:
-            runner = group.local_env_runner
-            return [runner.sample()], [runner.get_metrics()]
-        results = group.foreach_env_runner(lambda runner: (runner.sample(), runner.get_metrics()), local_env_runner=False)
-        return [r[0] for r in results], [r[1] for r in results]

@@ -1,0 +1,206 @@
+"""DQN fed with device rollouts, its replay buffer on the learner's device: ``DeviceDQN``.
+
+RLlib's DQN (its module with dueling heads and epsilon-greedy exploration, its learner with
+double Q, the n-step TD loss and target-network updates) with one change: where the training
+data comes from and where it is kept. Each iteration the env runners' rollouts become n-step
+transitions (``n_step_transitions``, vectorised over the whole rollout) in a replay buffer of
+preallocated tensors on the learner's device (``DeviceReplayBuffer``); minibatches are drawn
+there, and one call of RLlib's learner update runs all of an iteration's gradient steps.
+
+A step that ended its episode by termination does not bootstrap; a truncated one does, from
+the real final observation (NEXT_STEP autoreset keeps it, see ``rollout.py``); an n-step window
+stops at the episode's end and at the rollout's end (a shorter window, bootstrapped with
+``gamma ** n`` of its own length, as RLlib's ``n_step`` column says).
+"""
+
+from __future__ import annotations
+
+import torch
+from ray.rllib.algorithms.dqn import DQN, DQNConfig
+from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.columns import Columns
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    REPLAY_BUFFER_RESULTS,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
+from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
+from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
+from rllib_gpuenv.rllib.rollout import Rollout
+from rllib_gpuenv.rllib.sampling import sample_rollouts
+
+N_STEP = "n_step"
+WEIGHTS = "weights"
+REPLAY_BUFFER_STATE = "device_replay_buffer"
+
+
+class DeviceDQNTorchLearner(FusedAdamLearnerMixin, DQNTorchLearner):
+    """RLlib's DQN learner (loss, double Q, target updates) with fused Adam."""
+
+
+class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
+    """DQN with ``DeviceEnvRunner`` and a replay buffer on the learner's device.
+
+    ``replay_buffer_config["capacity"]`` sizes the buffer (transitions); ``training_intensity``
+    is, as in RLlib, the number of env steps trained per env step sampled (default: one
+    minibatch of ``train_batch_size_per_learner`` per iteration). ``checkpoint_replay_buffer``
+    puts the buffer's transitions into checkpoints (default: only its counters, so a restored
+    run refills it before it learns again, as ``num_steps_sampled_before_learning_starts`` says).
+    """
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or DeviceDQN)
+        self._init_device_rollouts()
+        self.rollout_length = 4
+        self.checkpoint_replay_buffer = False
+
+    def get_default_learner_class(self):
+        return DeviceDQNTorchLearner
+
+    def device_replay(self, *, checkpoint_replay_buffer: bool | None = None) -> "DeviceDQNConfig":
+        """Whether checkpoints hold the replay buffer's transitions."""
+        if checkpoint_replay_buffer is not None:
+            self.checkpoint_replay_buffer = bool(checkpoint_replay_buffer)
+        return self
+
+    def validate(self) -> None:
+        self._validate_device_rollouts()
+        if self.num_learners > 0:
+            raise ValueError(
+                f"num_learners={self.num_learners}: DeviceDQN keeps its replay buffer with the local learner, on its device; "
+                "use num_learners=0 and place that learner with devices(learner=...) or num_gpus_per_learner"
+            )
+        capacity = self.replay_buffer_config.get("capacity")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"replay_buffer_config['capacity'] must be a positive integer, got {capacity!r}")
+        if isinstance(self.n_step, (tuple, list)) or self.n_step < 1:
+            raise ValueError(f"n_step must be a positive integer for DeviceDQN, got {self.n_step!r}")
+        self.rollout_fragment_length = self.rollout_length  # what RLlib's n-step check reads
+        super().validate()
+
+    @property
+    def updates_per_iteration(self) -> int:
+        """Gradient steps per iteration: ``training_intensity`` env steps trained per env step
+        sampled, in minibatches of ``train_batch_size_per_learner`` (at least one)."""
+        if not self.training_intensity:
+            return 1
+        return max(1, round(self.training_intensity * self.device_batch_size / self.train_batch_size_per_learner))
+
+
+@torch.no_grad()
+def n_step_transitions(rollout: Rollout, n: int, gamma: float) -> dict[str, torch.Tensor]:
+    """The rollout's valid steps as n-step transitions, flat: ``obs``, ``actions``, the
+    discounted reward sum, the observation to bootstrap from, whether the window ended in a
+    termination, and its length (see the module doc). Vectorised over the rollout; the only
+    Python loop is over the ``n`` window offsets."""
+    T, N = rollout.length, rollout.num_envs
+    device = rollout.rewards.device
+    next_obs = rollout.next_obs()
+    ret = torch.zeros(T, N, dtype=torch.float32, device=device)
+    steps = torch.zeros(T, N, dtype=torch.int64, device=device)
+    terminated = torch.zeros(T, N, dtype=torch.bool, device=device)
+    alive = rollout.valid.clone()  # still collecting rewards for the transition starting at t
+    for k in range(n):
+        inside = T - k  # windows starting at t < T - k reach step t + k
+        live = alive[:inside]
+        ret[:inside] += torch.where(live, (gamma**k) * rollout.rewards[k:], 0.0)
+        steps[:inside] += live.long()
+        ended = rollout.terminated[k:] | rollout.truncated[k:]
+        terminated[:inside] |= live & rollout.terminated[k:]
+        alive[:inside] = live & ~ended
+        alive[inside:] = False
+    last = torch.arange(T, device=device).unsqueeze(1) + steps - 1  # the step each window ended on
+    bootstrap = next_obs[last.clamp_min(0), torch.arange(N, device=device).unsqueeze(0)]
+    keep = rollout.valid.reshape(-1)
+    return {
+        Columns.OBS: rollout.obs.reshape(T * N, *rollout.obs.shape[2:])[keep],
+        Columns.ACTIONS: rollout.actions.reshape(T * N, *rollout.actions.shape[2:])[keep],
+        Columns.REWARDS: ret.reshape(-1)[keep],
+        Columns.NEXT_OBS: bootstrap.reshape(T * N, *rollout.obs.shape[2:])[keep],
+        Columns.TERMINATEDS: terminated.reshape(-1)[keep],
+        N_STEP: steps.reshape(-1)[keep],
+    }
+
+
+class DeviceDQN(DQN):
+    """RLlib DQN whose training step consumes device rollouts through a device replay buffer."""
+
+    @classmethod
+    def get_default_config(cls) -> DeviceDQNConfig:
+        return DeviceDQNConfig()
+
+    def setup(self, config) -> None:
+        super().setup(config)
+        self.local_replay_buffer = None  # RLlib's episode buffer: not used, the device one is made on the first rollout
+        self._device_buffer: DeviceReplayBuffer | None = None
+        self._pending_buffer_state: dict | None = None
+
+    def _buffer_for(self, transitions: dict[str, torch.Tensor]) -> DeviceReplayBuffer:
+        if self._device_buffer is None:
+            device = self.learner_group._learner._device
+            example = {k: v[0] for k, v in transitions.items()}
+            self._device_buffer = DeviceReplayBuffer(self.config.replay_buffer_config["capacity"], example, device, self.config.seed)
+            if self._pending_buffer_state is not None:
+                self._device_buffer.set_state(self._pending_buffer_state)
+                self._pending_buffer_state = None
+        return self._device_buffer
+
+    def training_step(self) -> None:
+        config = self.config
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            rollouts, runner_metrics = sample_rollouts(self.env_runner_group, config.sample_timeout_s)
+            if not rollouts:
+                return
+            self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        learner_device = self.learner_group._learner._device
+        for rollout in rollouts:
+            transitions = n_step_transitions(rollout.to(learner_device), config.n_step, config.gamma)
+            self._buffer_for(transitions).add(transitions)
+        buffer = self._device_buffer
+        self.metrics.log_dict({"size": buffer.size, "added_lifetime": buffer.added}, key=REPLAY_BUFFER_RESULTS, window=1)
+
+        sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        if sampled < config.num_steps_sampled_before_learning_starts:
+            return
+        minibatch = config.train_batch_size_per_learner
+        batch = buffer.sample(config.updates_per_iteration * minibatch)
+        batch[WEIGHTS] = torch.ones(len(batch[Columns.REWARDS]), device=buffer.device)
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            results = self.learner_group.update(
+                batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=len(batch[WEIGHTS])),
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sampled, NUM_AGENT_STEPS_SAMPLED_LIFETIME: sampled},
+                num_epochs=1,
+                minibatch_size=minibatch,
+                shuffle_batch_per_epoch=False,  # the draws are already random and independent
+            )
+            for result in results:
+                for module_results in result.values():
+                    module_results.pop("td_error", None)  # per-sample TD errors (no priorities here)
+            self.metrics.aggregate(results, key=LEARNER_RESULTS)
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+
+    def get_state(self, *args, **kwargs) -> dict:
+        state = super().get_state(*args, **kwargs)
+        if self._device_buffer is not None:
+            state[REPLAY_BUFFER_STATE] = self._device_buffer.get_state(with_contents=self.config.checkpoint_replay_buffer)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        buffer_state = state.get(REPLAY_BUFFER_STATE)
+        super().set_state({k: v for k, v in state.items() if k != REPLAY_BUFFER_STATE})
+        if buffer_state is not None:
+            if self._device_buffer is not None:
+                self._device_buffer.set_state(buffer_state)
+            else:
+                self._pending_buffer_state = buffer_state

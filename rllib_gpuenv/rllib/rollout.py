@@ -1,0 +1,77 @@
+"""``Rollout``: T steps of N envs as ``(T, N, ...)`` tensors, what every algorithm here consumes.
+
+The device env runner fills one per ``sample()``; it does not know which algorithm it serves.
+PPO turns a rollout into values and advantages on its learner (``ppo.py``), DQN into n-step
+transitions for its replay buffer (``dqn.py``).
+
+With NEXT_STEP autoreset (gymnasium's, which every env here follows), ``obs[t + 1]`` is always
+the observation step ``t`` led to, also when the episode ended there: on the step after a
+``terminated`` or ``truncated`` one, the env only resets (its action is ignored, reward 0, no
+flags). So ``next_obs`` is ``obs`` shifted by one with ``last_obs`` appended, a truncation
+bootstraps from it, and the reset rows are masked out by ``valid``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One rollout of ``T`` steps of ``N`` envs, on the runner's device (or the CPU, in transit).
+
+    Attributes:
+        obs: ``(T, N, *obs_shape)`` the observation each action was chosen on.
+        actions: ``(T, N, *action_shape)`` the actions the module chose, as sampled (a ``Box``
+            action before it is unsquashed or clipped to the space for the env).
+        logp: ``(T, N)`` log-probability of each action under the module's distribution
+            (0 where the module chose without one, or without exploring).
+        dist_inputs: ``(T, N, D)`` the action distribution's inputs, or None where the module
+            returned actions directly (DQN's epsilon-greedy).
+        rewards, terminated, truncated: ``(T, N)`` what the env returned for each action.
+        valid: ``(T, N)`` False on NEXT_STEP reset rows (the env ignored the action).
+        last_obs: ``(N, *obs_shape)`` the observation after the last step.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logp: torch.Tensor
+    dist_inputs: torch.Tensor | None
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    valid: torch.Tensor
+    last_obs: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        return self.rewards.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.rewards.shape[1]
+
+    @property
+    def num_env_steps(self) -> int:
+        return self.length * self.num_envs
+
+    def next_obs(self) -> torch.Tensor:
+        """``(T, N, *obs_shape)``: the observation each step led to (see the module doc)."""
+        return torch.cat([self.obs[1:], self.last_obs.unsqueeze(0)])
+
+    def to(self, device: torch.device | str) -> "Rollout":
+        return Rollout(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                          for f in dataclasses.fields(self)})  # fmt: skip
+
+    @staticmethod
+    def concat_envs(rollouts: list["Rollout"]) -> "Rollout":
+        """Rollouts of the same length from several runners side by side: ``(T, sum N, ...)``."""
+        if len(rollouts) == 1:
+            return rollouts[0]
+        values = {}
+        for f in dataclasses.fields(Rollout):
+            parts = [getattr(r, f.name) for r in rollouts]
+            values[f.name] = None if parts[0] is None else torch.cat(parts, dim=0 if f.name == "last_obs" else 1)
+        return Rollout(**values)
