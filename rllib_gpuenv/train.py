@@ -13,11 +13,12 @@ import os
 import time
 from pathlib import Path
 
+from rllib_gpuenv.config_files import config_file
 from rllib_gpuenv.experiments import RETURN_METRIC, load_experiments
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "configs" / "gpu_cartpole_ppo.yaml"
+DEFAULT_CONFIG_FILE = config_file("gpu_cartpole_ppo.yaml")
 
 
 def load_config(config_file: str | os.PathLike = DEFAULT_CONFIG_FILE, device: str | None = None, seed: int | None = None):
