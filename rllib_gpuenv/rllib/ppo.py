@@ -10,6 +10,7 @@ batches travel through Ray as usual. The loss is RLlib's own PPO loss; the learn
 
 from __future__ import annotations
 
+import ray
 import torch
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
@@ -27,6 +28,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
+from rllib_gpuenv.rllib.resources import check_cluster_fits
 
 
 class DevicePPOConfig(PPOConfig):
@@ -148,7 +150,15 @@ class DevicePPO(PPO):
     def get_default_config(cls) -> DevicePPOConfig:
         return DevicePPOConfig()
 
+    @classmethod
+    def default_resource_request(cls, config):
+        """RLlib's request for a Tune trial, once it is sure the cluster can grant it."""
+        if ray.is_initialized():  # Tune asks here, in the driver, before it schedules the trial
+            check_cluster_fits(cls.get_default_config().update_from_dict(config))
+        return super().default_resource_request(config)
+
     def setup(self, config) -> None:
+        check_cluster_fits(config, main_process_here=True)  # before any actor waits for resources
         super().setup(config)
         self._sync_whole_module()
 
