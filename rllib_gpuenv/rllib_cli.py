@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--ray-num-gpus", type=int, help="GPUs of a local Ray instance")
     train.add_argument("-v", "--verbose", action="count", default=1, help="more output (Tune's verbosity)")
     train.set_defaults(func=train_command)
+
+    from rllib_gpuenv import evaluate
+
+    evaluate.add_arguments(sub.add_parser("evaluate", help="play a checkpoint's policy: returns, and a video with --video"))
     return parser
 
 
