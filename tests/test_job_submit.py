@@ -6,7 +6,9 @@ in what the lines do: free ports replace 6379, 8265 and the head's other fixed p
 someone else runs on this machine does not clash; `ray start` gets `--block`, so the head's
 processes are this test's children and it stops exactly them (SIGTERM, which `ray start --block`
 passes on to them) instead of running the README's `ray stop`, which stops every Ray process on
-the machine; and HOME is a temporary folder, where Tune writes the job's results.
+the machine, and a temp dir of its own, so that no `ray.init()` elsewhere on the machine (later
+tests included) takes this head, or its stale address, for the local cluster; and HOME is a
+temporary folder, where Tune writes the job's results.
 
 Readiness is waited for, never assumed: the head's start, then the job agent (a submit answered
 "No available agent to submit job" is retried). The deadlines only stop a test that would hang.
@@ -14,9 +16,11 @@ Readiness is waited for, never assumed: the head's start, then the job agent (a 
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -69,7 +73,9 @@ def recipe_and_head(tmp_path):
     exported = bash(recipe["export"] + '; printf "%s %s" "$RAY_AUTH_MODE" "$RAY_AUTH_TOKEN"', env, timeout=60)
     env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN"] = exported.stdout.split()
 
-    start = f"{recipe['start']} --block --ray-client-server-port={free_port()} --dashboard-agent-listen-port={free_port()}"
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay short
+    start = (f"{recipe['start']} --block --temp-dir={temp_dir} "
+             f"--ray-client-server-port={free_port()} --dashboard-agent-listen-port={free_port()}")  # fmt: skip
     log_path = tmp_path / "head.log"
     with open(log_path, "w") as log:
         head = subprocess.Popen(["bash", "-c", f"exec {start}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -87,6 +93,7 @@ def recipe_and_head(tmp_path):
         except subprocess.TimeoutExpired:
             head.kill()
             head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def submit_when_the_agent_is_ready(line: str, env: dict) -> subprocess.CompletedProcess:
