@@ -12,6 +12,7 @@ import sys
 import imageio.v2 as imageio
 import pytest
 import ray
+import torch
 from ray.rllib.algorithms.ppo import PPOConfig
 
 from rllib_gpuenv.evaluate import EvaluationError, evaluate
@@ -95,3 +96,10 @@ def test_a_truncated_checkpoint_file_is_named(checkpoints, tmp_path):
     config_file.write_bytes(config_file.read_bytes()[:100])
     with pytest.raises(EvaluationError, match=f"{config_file}: cannot be read"):
         evaluate(broken, episodes=1, device="cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_evaluate_on_the_gpu(checkpoints, tmp_path):
+    result = evaluate(checkpoints["device"], episodes=8, device="cuda", video=str(tmp_path / "gpu.mp4"))
+    assert_cartpole_episodes(result, 8)
+    assert result.frames == result.lengths[0] + 1

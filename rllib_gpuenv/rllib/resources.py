@@ -31,15 +31,19 @@ class Demand:
     count: int  # how many actors (1 for the main process)
     count_setting: str | None  # the setting that says how many, e.g. "num_env_runners"
     per_actor: dict[str, float]  # e.g. {"CPU": 1, "GPU": 0}
-    settings: dict[str, str]  # resource -> the setting that sets per_actor[resource]
+    settings: dict[str, str | None]  # resource -> the setting that sets per_actor[resource] (None: fixed)
+
+    def per(self, resource: str) -> float:
+        return float(self.per_actor.get(resource, 0) or 0)
 
     def total(self, resource: str) -> float:
-        return self.count * float(self.per_actor.get(resource, 0) or 0)
+        return self.count * self.per(resource)
 
     def describe(self, resource: str) -> str:
-        amount = f"{_fmt(self.total(resource))} for the {self.role}"
-        per = f"{self.settings[resource]}={_fmt(self.per_actor.get(resource, 0))}"
-        return f"{amount} ({self.count_setting}={self.count} × {per})" if self.count_setting else f"{amount} ({per})"
+        setting = self.settings.get(resource)
+        each = f"{setting}={_fmt(self.per(resource))}" if setting else f"{_fmt(self.per(resource))} {resource} each"
+        how = f"{self.count_setting}={self.count} × {each}" if self.count_setting else each
+        return f"{_fmt(self.total(resource))} for the {self.role} ({how})"
 
 
 def _fmt(x: float) -> str:
@@ -74,12 +78,11 @@ def resource_demands(config, *, main_process_here: bool = False) -> list[Demand]
     algo_class = config.algo_class
     if getattr(algo_class, "_should_create_evaluation_env_runners", lambda c: c.evaluation_num_env_runners > 0)(eval_config):
         demands += role("evaluation env runners", "evaluation_num_env_runners", _get_env_runner_bundles(eval_config), runner_settings)
-    if config.num_learners > 0:
-        cpu = "num_cpus_per_learner (+ num_aggregator_actors_per_learner)"
+    if config.num_learners > 0:  # a learner's bundle also holds its aggregator actors' CPUs
+        cpu = None if config.num_aggregator_actors_per_learner else "num_cpus_per_learner"
         demands += role("learners", "num_learners", _get_learner_bundles(config), {"CPU": cpu, "GPU": "num_gpus_per_learner"})
-    else:
-        aggregators = _get_learner_bundles(config)  # aggregator actors beside a local learner
-        demands += role("aggregator actors", "num_aggregator_actors_per_learner", aggregators, {"CPU": "(1 each)", "GPU": "(none)"})
+    else:  # aggregator actors beside a local learner, 1 CPU each
+        demands += role("aggregator actors", "num_aggregator_actors_per_learner", _get_learner_bundles(config), {"CPU": None, "GPU": None})
     return demands
 
 
@@ -131,22 +134,18 @@ def _shortage(resource: str, demands: list[Demand], have: float) -> str | None:
 
 def _fix(demand: Demand, resource: str, have: float, need: float) -> str | None:
     """A change of this role's settings that makes the total fit, if one exists."""
-    per = float(demand.per_actor.get(resource, 0) or 0)
-    setting = demand.settings[resource]
-    if not setting.startswith("num_"):
-        return None
-    setting = setting.split(" ")[0]
+    per, setting = demand.per(resource), demand.settings.get(resource)
     room = have - (need - demand.total(resource))  # what is left for this role
-    if resource == "GPU" and have == 0:
-        return f"set {setting}=0 (the {demand.role} then work on the CPU)" if demand.count_setting else f"set {setting}=0 (it then works on the CPU)"
+    if resource == "GPU" and have == 0 and setting:
+        who = "the learner then works" if setting == "num_gpus_per_learner" else f"the {demand.role} then work"
+        return f"set {setting}=0 ({who} on the CPU)"
     if room <= 0:
         return None
     options = []
     if demand.count_setting and per > 0 and math.floor(room / per + 1e-9) >= 1:
         options.append(f"{demand.count_setting}={math.floor(room / per + 1e-9)}")
-    if demand.count:
-        fraction = room / demand.count
-        options.append(f"{setting}={_fmt(_round_down(fraction))}")
+    if setting:
+        options.append(f"{setting}={_fmt(_round_down(room / demand.count))}")
     return " or ".join(f"set {o}" for o in options) or None
 
 
