@@ -37,8 +37,8 @@ setup() {
   else
     "${pip[@]}" numba-cuda "nvidia-cuda-nvrtc==13.*"
   fi
-  echo "[setup] installing rllib_gpuenv with its test and benchmark extras" >&2
-  "${pip[@]}" -e ".[test,bench]"
+  echo "[setup] installing rllib_gpuenv with its test, benchmark, video and tensorboard extras" >&2
+  "${pip[@]}" -e ".[test,bench,video,tensorboard]"
   rm -f "$VENV"/.rllib_gpuenv-*
   touch "$stamp"
 }

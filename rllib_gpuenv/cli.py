@@ -1,4 +1,5 @@
-"""``rllib-gpuenv``: train, benchmark and tune the CUDA block size from the command line."""
+"""``rllib-gpuenv``: one subcommand per job: ``train`` (the main job), ``evaluate`` (watch a
+checkpoint's policy), ``bench <name>`` (the benchmarks, the CUDA block-size search among them)."""
 
 from __future__ import annotations
 
@@ -61,23 +62,15 @@ def _bench_breakdown(args) -> None:
     breakdown.run(args.num_envs, args.rollout_length, args.iterations, device=args.device, out_dir=args.out, plot=args.plot)
 
 
-def _tune_block_size(args) -> None:
-    from rllib_gpuenv.bench.block_size import search_threads_per_block
-    from rllib_gpuenv.bench.common import format_table
-
-    results = search_threads_per_block(args.num_envs, _sizes(args.candidates), steps=args.steps, device=args.device)
-    print(format_table(["threads_per_block", "env-steps/s"], [[r.threads_per_block, r.env_steps_per_second] for r in results]))
-    print(f"best: threads_per_block={results[0].threads_per_block}")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rllib-gpuenv", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from rllib_gpuenv import train as train_module
+    from rllib_gpuenv import evaluate, train
 
-    train_module.add_arguments(sub.add_parser("train", help="train PPO on GPUCartPole-v1 (the main job)"))
+    train.add_arguments(sub.add_parser("train", help="train PPO on GPUCartPole-v1 (the main job)"))
+    evaluate.add_arguments(sub.add_parser("evaluate", help="play a checkpoint's policy: returns, and a video with --video"))
 
     bench = sub.add_parser("bench", help="benchmarks: each prints a table and writes JSON/CSV (and a PNG with --plot)")
     bench_sub = bench.add_subparsers(dest="benchmark", required=True)
@@ -117,13 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--rollout-length", type=int, default=32)
     bd.add_argument("--iterations", type=int, default=5)
     bd.add_argument("--device", help="device of the device path (default auto)")
-
-    tpb = sub.add_parser("tune-block-size", help="measure the numba-cuda kernel over threads-per-block values")
-    tpb.add_argument("--num-envs", type=int, default=1 << 20)
-    tpb.add_argument("--candidates", default="32,64,128,256,512,1024")
-    tpb.add_argument("--steps", type=int, default=200)
-    tpb.add_argument("--device", default="cuda")
-    tpb.set_defaults(func=_tune_block_size)
     return parser
 
 

@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_train_command(sub)
+
+    from rllib_gpuenv import evaluate
+
+    evaluate.add_arguments(sub.add_parser("evaluate", help="play a checkpoint's policy: returns, and a video with --video"))
     return parser
 
 

@@ -1,23 +1,35 @@
 """The main job: PPO on GPUCartPole-v1 on the default device, until the mean return hits 475.
 
-``rllib-gpuenv train`` (or ``./run.sh train``) reads ``configs/gpu_cartpole_ppo.yaml``, prints
-one progress line per iteration (return, env steps, env-steps/s, elapsed time), then saves a
-checkpoint and prints where.
+``rllib-gpuenv train`` (or ``./run.sh train``) reads ``gpu_cartpole_ppo.yaml`` (shipped with the
+package, ``configs/`` in the repository) and trains in this process, so ``--device cuda:N``
+means that GPU. While it trains it prints one line per iteration (return, episodes ended,
+env steps, env-steps/s of that iteration, elapsed time) and, on a terminal, a tqdm progress
+bar with an ETA toward the iteration limit. Tune's own logger callbacks write the metrics of
+every iteration (``progress.csv``, ``result.json`` and TensorBoard events) into a run folder,
+where the final checkpoint goes too; the job prints where.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import logging
 import os
+import sys
 import time
-from pathlib import Path
 
+from rllib_gpuenv.config_files import config_file
 from rllib_gpuenv.experiments import RETURN_METRIC, load_experiments
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "configs" / "gpu_cartpole_ppo.yaml"
+DEFAULT_CONFIG_FILE = config_file("gpu_cartpole_ppo.yaml")
+DEFAULT_STORAGE_PATH = "results"
+DEFAULT_MAX_ITERATIONS = 200  # when the file's stop criteria set no iteration limit
+STEPS_METRIC = "env_runners/num_env_steps_sampled_lifetime"
+EPISODES_METRIC = "env_runners/num_episodes_lifetime"
+EPISODE_KEYS = tuple(f"episode_{what}_{stat}" for what in ("return", "len") for stat in ("mean", "min", "max"))
 
 
 def load_config(config_file: str | os.PathLike = DEFAULT_CONFIG_FILE, device: str | None = None, seed: int | None = None):
@@ -43,48 +55,170 @@ def _lookup(result: dict, path: str, default=float("nan")):
     return result
 
 
-def train(config_file=DEFAULT_CONFIG_FILE, device: str | None = None, seed: int | None = None,
-          target: float | None = None, max_iterations: int | None = None, checkpoint_dir: str = "checkpoints") -> str:  # fmt: skip
-    """Train until the target return (or the iteration limit); save a checkpoint; return its path."""
+@dataclasses.dataclass
+class TrainingRun:
+    """Where a run of the main job left its results."""
+
+    directory: str  # progress.csv, result.json, params.json, TensorBoard events
+    checkpoint: str
+    reached_target: bool
+
+
+class _RunDirectory:
+    """The run as Tune's logger callbacks see a trial: a folder, a config, no checkpoint to resume.
+
+    Those callbacks (``CSVLoggerCallback``, ``JsonLoggerCallback``, ``TBXLoggerCallback``) write
+    what every Tune run writes; this lets them log a run that trains in this process.
+    """
+
+    def __init__(self, path: str, config: dict):
+        self.local_path = path
+        self.config = config
+        self.evaluated_params: dict = {}
+        self.checkpoint = None
+
+    def init_local_path(self) -> None:
+        os.makedirs(self.local_path, exist_ok=True)
+
+
+class ResultLoggers:
+    """Tune's CSV, JSON and TensorBoard logger callbacks, fed one result per iteration.
+
+    The CSV's columns are the first result's keys (as in any Tune run), so the episode metrics,
+    missing from an iteration in which no episode ended, are logged as NaN there (TensorBoard
+    skips NaN).
+    """
+
+    def __init__(self, directory: str, config: dict):
+        from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+
+        self.run = _RunDirectory(directory, config)
+        self.run.init_local_path()  # as Tune does before the callbacks see a trial
+        self.callbacks = [CSVLoggerCallback(), JsonLoggerCallback(), TBXLoggerCallback()]
+        for callback in self.callbacks:
+            callback.log_trial_start(self.run)
+
+    def log(self, iteration: int, result: dict) -> None:
+        runners = {**{key: float("nan") for key in EPISODE_KEYS}, **result.get("env_runners", {})}
+        result = {**result, "env_runners": runners}
+        for callback in self.callbacks:
+            callback.log_trial_result(iteration, self.run, result)
+
+    def close(self, failed: bool = False) -> None:
+        for callback in self.callbacks:
+            callback.log_trial_end(self.run, failed=failed)
+
+
+class Progress:
+    """One line per iteration, and on a terminal a tqdm bar with an ETA toward the iteration limit.
+
+    The env-steps/s of a line is that iteration's own (its env steps over its wall time), so
+    start-up and compilation do not weigh on later lines. When no episode ended in an
+    iteration, the line says so: the return shown is then the previous episodes' mean.
+    """
+
+    def __init__(self, max_iterations: int, target: float, bar: bool | None = None):
+        from tqdm import tqdm
+
+        self.target = target
+        # bar=None: a bar only when stderr is a terminal (tqdm's own rule); lines always.
+        self.bar = tqdm(total=max_iterations, unit="iter", dynamic_ncols=True, disable=None if bar is None else not bar, file=sys.stderr)
+        self.steps = 0
+        self.episodes = 0
+
+    def update(self, result: dict, iteration_s: float) -> None:
+        ret = _lookup(result, RETURN_METRIC)
+        steps = int(_lookup(result, STEPS_METRIC, 0))
+        episodes = int(_lookup(result, EPISODES_METRIC, self.episodes))
+        new_steps, new_episodes = steps - self.steps, episodes - self.episodes
+        self.steps, self.episodes = steps, episodes
+        rate = new_steps / iteration_s if iteration_s > 0 else float("nan")
+        ended = f"{new_episodes:4d} episodes" if new_episodes else "no episode ended (return as before)"
+        self.bar.write(
+            f"iter {result['training_iteration']:4d}  return {ret:7.1f}  {ended}  env steps {steps:>10,}  "
+            f"{rate:>10,.0f} env-steps/s  {result.get('time_total_s', float('nan')):7.1f} s",
+            file=sys.stdout,
+        )
+        self.bar.set_postfix_str(f"return {ret:.1f}/{self.target:g}, {rate:,.0f} env-steps/s", refresh=False)
+        self.bar.update(1)
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _stop_reached(result: dict, stop: dict) -> bool:
+    """Tune's rule for a stop dict: stop when any metric reaches its value."""
+    return any(_lookup(result, key) >= value for key, value in stop.items())
+
+
+def _devices(algo) -> str:
+    runner = algo.env_runner
+    learner = algo.learner_group._learner._device if algo.learner_group.is_local else "remote learners"
+    backend = getattr(getattr(runner, "env", None), "backend", None)
+    return f"env runner on {getattr(runner, '_device', 'cpu')}" + (f" (backend {backend})" if backend else "") + f", learner on {learner}"
+
+
+def train(config_file=DEFAULT_CONFIG_FILE, device: str | None = None, seed: int | None = None, target: float | None = None,
+          max_iterations: int | None = None, storage_path: str = DEFAULT_STORAGE_PATH, progress_bar: bool | None = None) -> TrainingRun:  # fmt: skip
+    """Train until the stop criteria (the target return, the iteration limit); log every
+    iteration; save a checkpoint. Returns where the results are."""
     import ray
 
     experiment = load_config(config_file, device=device, seed=seed)
-    name, config, stop = experiment.name, experiment.config, experiment.stop
-    target = stop.get(RETURN_METRIC, 475.0) if target is None else target
-    max_iterations = stop.get("training_iteration", 200) if max_iterations is None else max_iterations
+    name, config = experiment.name, experiment.config
+    stop = dict(experiment.stop)
+    if target is not None:
+        stop[RETURN_METRIC] = target
+    if max_iterations is not None:
+        stop["training_iteration"] = max_iterations
+    stop.setdefault(RETURN_METRIC, 475.0)
+    stop.setdefault("training_iteration", DEFAULT_MAX_ITERATIONS)
+    target = stop[RETURN_METRIC]
+    directory = os.path.abspath(os.path.join(storage_path, f"{name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"))
+
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     algo = config.build_algo()
-    runner = algo.env_runner
-    learner_device = algo.learner_group._learner._device if algo.learner_group.is_local else "remote learners"
-    print(f"{name}: PPO on {config.env}, {runner.num_envs} envs x {config.rollout_length} steps per iteration; "
-          f"env runner on {runner._device} (backend {getattr(runner.env, 'backend', 'gymnasium')}), "
-          f"learner on {learner_device}; target mean return {target}")  # fmt: skip
-    start = time.perf_counter()
+    loggers = ResultLoggers(directory, config.to_dict())
+    criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
+    print(f"{name} ({config_file}): {type(algo).__name__} on {config.env}, {_devices(algo)}; stops at {criteria}")
+    print(f"logging every iteration to {directory} (progress.csv, result.json, TensorBoard events)", flush=True)
+    progress = Progress(stop["training_iteration"], target, bar=progress_bar)
+    failed = True
     try:
-        for _ in range(max_iterations):
+        while True:
+            start = time.perf_counter()
             result = algo.train()
-            elapsed = time.perf_counter() - start
-            ret = _lookup(result, RETURN_METRIC)
-            steps = _lookup(result, "env_runners/num_env_steps_sampled_lifetime", 0)
-            print(f"iter {result['training_iteration']:4d}  return {ret:7.1f}  env steps {int(steps):>10,}  "
-                  f"{steps / elapsed:>10,.0f} env-steps/s  {elapsed:7.1f} s", flush=True)  # fmt: skip
-            if ret >= target:
-                print(f"reached mean return {ret:.1f} >= {target} in {elapsed:.1f} s")
+            progress.update(result, time.perf_counter() - start)
+            loggers.log(result["training_iteration"], result)
+            if _stop_reached(result, stop):
                 break
+        progress.close()
+        ret, elapsed = _lookup(result, RETURN_METRIC), result.get("time_total_s", float("nan"))
+        reached = ret >= target
+        if reached:
+            print(f"reached mean return {ret:.1f} >= {target:g} in {elapsed:.1f} s ({result['training_iteration']} iterations)")
         else:
-            print(f"stopped after {max_iterations} iterations below the target {target}")
-        path = algo.save(os.path.abspath(os.path.join(checkpoint_dir, name))).checkpoint.path
-        print(f"checkpoint saved to {path}")
-        return path
+            print(f"stopped after {result['training_iteration']} iterations ({elapsed:.1f} s) at mean return {ret:.1f}, below the target {target:g}")
+        checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
+        print(f"checkpoint saved to {checkpoint}")
+        print(f"metrics in {directory}/progress.csv; TensorBoard: tensorboard --logdir {directory}")
+        failed = False
+        return TrainingRun(directory, checkpoint, reached)
     finally:
+        progress.close()
+        loggers.close(failed=failed)
         algo.stop()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config-file", default=str(DEFAULT_CONFIG_FILE), help="experiment YAML (default: %(default)s)")
+    parser.add_argument("--config-file", default=str(DEFAULT_CONFIG_FILE), help="experiment YAML (default: the shipped gpu_cartpole_ppo.yaml)")
     parser.add_argument("--device", help="override the device of the env runner and the learner: auto, cpu, cuda, cuda:N")
     parser.add_argument("--seed", type=int, help="override the seed")
     parser.add_argument("--target", type=float, help="stop at this mean episode return (default: the file's, or 475)")
-    parser.add_argument("--max-iterations", type=int, help="stop after this many iterations")
-    parser.add_argument("--checkpoint-dir", default="checkpoints", help="where to save the checkpoint")
-    parser.set_defaults(func=lambda a: train(a.config_file, a.device, a.seed, a.target, a.max_iterations, a.checkpoint_dir) and 0)
+    parser.add_argument("--max-iterations", type=int, help=f"stop after this many iterations (default: the file's, or {DEFAULT_MAX_ITERATIONS})")
+    parser.add_argument("--storage-path", default=DEFAULT_STORAGE_PATH,
+                        help="each run writes a folder here: progress.csv, result.json, TensorBoard events, checkpoint/ (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--progress-bar", action=argparse.BooleanOptionalAction, default=None,
+                        help="show the progress bar (default: only when stderr is a terminal)")  # fmt: skip
+    parser.set_defaults(func=lambda a: train(a.config_file, a.device, a.seed, a.target, a.max_iterations, a.storage_path, a.progress_bar) and 0)

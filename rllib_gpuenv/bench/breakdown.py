@@ -208,10 +208,11 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
     from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
+    from rllib_gpuenv.config_files import config_file
     from rllib_gpuenv.experiments import load_experiments
-    from rllib_gpuenv.train import DEFAULT_CONFIG_FILE, cartpole_config
+    from rllib_gpuenv.train import cartpole_config
 
-    (experiment,) = load_experiments(DEFAULT_CONFIG_FILE.parent / "gpu_cartpole_stock_runner.yaml")
+    (experiment,) = load_experiments(config_file("gpu_cartpole_stock_runner.yaml"))
     steps = num_envs * rollout_length
     learning = cartpole_config()  # the same PPO update as the device path
     config = experiment.config.env_runners(num_envs_per_env_runner=num_envs).training(

@@ -42,7 +42,6 @@ CONFIG_FILES = {"device": "gpu_cartpole_ppo.yaml", "stock-runner": "gpu_cartpole
                 "stock-rllib": "cartpole_stock_rllib.yaml", "stock-rllib-8envs": "cartpole_stock_rllib.yaml"}  # fmt: skip
 # Settings a contender changes in its config file (RLlib's tuned example with 8 envs per runner).
 BUILT_IN_OVERRIDES = {"stock-rllib-8envs": {"num_envs_per_env_runner": 8}}
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 # RL-Zoo's hyperparameters for PPO on CartPole-v1 (rl-baselines3-zoo, hyperparams/ppo.yml).
 RL_ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0)  # fmt: skip
 RL_ZOO_ENVS, RL_ZOO_LR, RL_ZOO_CLIP = 8, 1e-3, 0.2
@@ -56,10 +55,11 @@ LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episode
 def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, overrides: dict) -> dict:
     import ray
 
+    from rllib_gpuenv.config_files import config_file
     from rllib_gpuenv.experiments import apply_config, load_experiments
     from rllib_gpuenv.rllib import DeviceEnvRunner
 
-    (experiment,) = load_experiments(os.path.join(CONFIG_DIR, CONFIG_FILES[contender]))
+    (experiment,) = load_experiments(config_file(CONFIG_FILES[contender]))
     config = experiment.config.debugging(seed=seed)
     apply_config(config, {**BUILT_IN_OVERRIDES.get(contender, {}), **overrides}, "overrides")
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)  # its own Ray
