@@ -437,27 +437,18 @@ def inline_experiment(
 # --- running ------------------------------------------------------------------------------------
 
 
-def required_resources(experiment: Experiment) -> dict:
-    """CPUs and GPUs one trial of this experiment asks Ray for (as RLlib computes them)."""
-    return dict(experiment.algo_class.default_resource_request(experiment.config).required_resources)
-
-
 def check_fits_cluster(experiment: Experiment, cluster: dict | None = None) -> None:
-    """Fail at once when a trial would ask for more than the cluster has.
+    """Fail at once when a trial would ask for more than the cluster has (``check_cluster_fits``:
+    what RLlib asks Ray for, role by role), naming the experiment.
 
     Ray would otherwise leave the trial PENDING forever, waiting for resources that never come.
     """
-    import ray
+    from rllib_gpuenv.rllib.resources import ResourceError, check_cluster_fits
 
-    cluster = ray.cluster_resources() if cluster is None else cluster
-    need = required_resources(experiment)
-    short = {r: (n, cluster.get(r, 0)) for r, n in need.items() if r in ("CPU", "GPU") and n > cluster.get(r, 0) + 1e-9}
-    if short:
-        what = ", ".join(f"{n:g} {r} (the cluster has {have:g})" for r, (n, have) in short.items())
-        raise ExperimentError(
-            f"experiment {experiment.name!r} needs {what} per trial: lower num_env_runners, num_cpus_per_env_runner, "
-            "num_gpus_per_env_runner or num_gpus_per_learner, or add nodes to the cluster"
-        )
+    try:
+        check_cluster_fits(experiment.config, cluster)
+    except ResourceError as err:
+        raise ExperimentError(f"experiment {experiment.name!r}: {err}") from None
 
 
 @contextlib.contextmanager
