@@ -181,7 +181,7 @@ def train(config_file=DEFAULT_CONFIG_FILE, device: str | None = None, seed: int 
     algo = config.build_algo()
     loggers = ResultLoggers(directory, config.to_dict())
     criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
-    print(f"{name} ({config_file}): {type(algo).__name__} on {str(config.env).split(":")[-1]}, {_devices(algo)}; stops at {criteria}")
+    print(f"{name} ({config_file}): {type(algo).__name__} on {str(config.env).split(':')[-1]}, {_devices(algo)}; stops at {criteria}")
     print(f"logging every iteration to {directory} (progress.csv, result.json, TensorBoard events)", flush=True)
     progress = Progress(stop["training_iteration"], target, bar=progress_bar)
     failed = True
