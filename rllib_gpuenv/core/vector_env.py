@@ -255,6 +255,29 @@ class GPUVectorEnv(VectorEnv):
             raise ValueError(f"state must have shape {shape} ({names} per env), got {tuple(tensor.shape)}")
         self._buffers.state.copy_(tensor.to(self.device, self.dtype).T)
 
+    def get_state(self) -> dict:
+        """Everything the envs' next steps depend on (for exact resume): the per-env buffers
+        (physics, step counts, pending resets, episode counters, returns so far), the seed and
+        the reset bounds; host copies."""
+        return {
+            "env": self.definition.id,
+            "buffers": {name: t.cpu().clone() for name, t in self._buffers.tensors().items()},
+            "seed32": self._seed32,
+            "constants": None if self._constants is None else tuple(self._constants),
+        }
+
+    def set_state(self, state: dict) -> None:
+        """Restore ``get_state()``'s result (same env and ``num_envs``; any device)."""
+        if state.get("env") != self.definition.id:
+            raise ValueError(f"this state is of {state.get('env')!r}, not of {self.definition.id!r}")
+        for name, tensor in self._buffers.tensors().items():
+            saved = state["buffers"][name]
+            if tuple(saved.shape) != tuple(tensor.shape):
+                raise ValueError(f"this state is of {saved.shape[-1]} envs, not {self.num_envs}: make the env with num_envs={saved.shape[-1]}")
+            tensor.copy_(saved.to(tensor.device, tensor.dtype))
+        self._seed32 = state["seed32"]
+        self._constants = None if state["constants"] is None else StepConstants(*state["constants"])
+
     # ------------------------------------------------------------------ helpers
     def _action_tensor(self, actions) -> torch.Tensor:
         """Validate actions against the action space; return them as a tensor on the env's

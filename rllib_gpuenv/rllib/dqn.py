@@ -37,6 +37,7 @@ from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
 from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
 from rllib_gpuenv.rllib.rollout import Rollout
+from rllib_gpuenv.rllib.checkpointing import ResumesExactly
 from rllib_gpuenv.rllib.resources import ChecksResources
 from rllib_gpuenv.rllib.sampling import sample_rollouts
 
@@ -133,7 +134,7 @@ def n_step_transitions(rollout: Rollout, n: int, gamma: float) -> dict[str, torc
     }
 
 
-class DeviceDQN(ChecksResources, DQN):
+class DeviceDQN(ResumesExactly, ChecksResources, DQN):
     """RLlib DQN whose training step consumes device rollouts through a device replay buffer."""
 
     @classmethod

@@ -47,6 +47,7 @@ from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv
 
 logger = logging.getLogger(__name__)
 
+DEVICE_ROLLOUT_STATE = "device_rollout"
 CHECK_EVERY = 32  # evaluation asks the device whether every env is done once per this many steps
 
 
@@ -318,6 +319,30 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             truncated=bool(played["truncated"][end - 1, i]), len_lookback_buffer=0,
             observation_space=self.env.single_observation_space, action_space=self.env.single_action_space,
         ).to_numpy()  # fmt: skip
+
+    # ------------------------------------------------------------------ checkpoints
+    def get_state(self, *args, **kwargs) -> dict:
+        """RLlib's runner state, plus where the envs are (for exact resume, ``checkpointing.py``):
+        the env's state, the last observations, the pending-reset mask and the episode window."""
+        state = super().get_state(*args, **kwargs)
+        if self._obs is not None and hasattr(self.env, "get_state"):
+            state[DEVICE_ROLLOUT_STATE] = {
+                "env": self.env.get_state(),
+                "obs": self._obs.cpu().clone(),
+                "prev_done": self._prev_done.cpu().clone(),
+                "recent_episodes": list(self._recent_episodes),
+            }
+        return state
+
+    def set_state(self, state: dict) -> None:
+        super().set_state({k: v for k, v in state.items() if k != DEVICE_ROLLOUT_STATE})
+        saved = state.get(DEVICE_ROLLOUT_STATE)
+        if saved is not None:
+            self.env.set_state(saved["env"])
+            self._obs = saved["obs"].to(self._device)
+            self._prev_done = saved["prev_done"].to(self._device)
+            self._recent_episodes.clear()
+            self._recent_episodes.extend(saved["recent_episodes"])
 
     # ------------------------------------------------------------------ metrics
     def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, windowed: bool = True) -> None:

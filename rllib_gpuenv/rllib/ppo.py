@@ -28,6 +28,7 @@ from ray.rllib.utils.metrics import (
 
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
 from rllib_gpuenv.rllib.rollout import Rollout
+from rllib_gpuenv.rllib.checkpointing import ResumesExactly
 from rllib_gpuenv.rllib.resources import ChecksResources
 from rllib_gpuenv.rllib.sampling import sample_rollouts
 
@@ -112,7 +113,7 @@ def split_envs(rollout: Rollout, parts: int) -> list[Rollout]:
     return [Rollout(**{name: chunks[name][i] for name in fields}, last_obs=last[i]) for i in range(parts)]
 
 
-class DevicePPO(ChecksResources, PPO):
+class DevicePPO(ResumesExactly, ChecksResources, PPO):
     """RLlib PPO whose training step consumes the device env runners' rollouts."""
 
     @classmethod

@@ -1,0 +1,102 @@
+"""Checkpoints that resume exactly, and that say which file is damaged.
+
+RLlib's checkpoints hold the module, the optimizer and the metrics. A run restored from one and
+trained one more iteration still differs from the run that went on, because three things are
+missing: the envs' state (where each episode is, its step count and return so far), the
+random generators (action sampling, minibatch shuffling: torch's and numpy's global ones) and
+the runner's window of recent episode returns. The device env runner saves its envs, its last
+observations and its window (``DeviceEnvRunner.get_state``); ``ResumesExactly`` saves the
+process's random generators with the algorithm, so that save → restore → one iteration equals
+one more iteration of the uninterrupted run, bit for bit, on the same device, for the local env
+runner and learner (``num_env_runners=0``, ``num_learners=0``: the main job's setup). Remote env
+runners are restarted from synced weights, as in RLlib, not from their envs' state.
+
+A truncated or otherwise unreadable checkpoint file is an error that names the file, before
+anything else is restored.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+RANDOM_GENERATORS = "random_generators"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read."""
+
+
+def check_checkpoint_files(path) -> None:
+    """Load every state file of a checkpoint once; raise ``CheckpointError`` naming the first
+    that cannot be read (a truncated copy, a file of another format)."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: no such checkpoint directory")
+    files = sorted(root.rglob("*.pkl")) + sorted(root.rglob("*.msgpack"))
+    if not files:
+        raise CheckpointError(f"{root}: holds no checkpoint state files (*.pkl, *.msgpack)")
+    for file in files:
+        try:
+            if file.suffix == ".pkl":
+                with open(file, "rb") as f:
+                    pickle.load(f)
+            else:
+                import msgpack
+                import msgpack_numpy
+
+                with open(file, "rb") as f:
+                    msgpack.load(f, object_hook=msgpack_numpy.decode, strict_map_key=False)
+        except Exception as err:  # noqa: BLE001 (whatever a damaged file raises: name the file)
+            raise CheckpointError(f"{file}: cannot be read ({type(err).__name__}: {err}); the checkpoint is damaged") from None
+
+
+def random_generator_states() -> dict:
+    """This process's global random generators: torch (CPU and every GPU), numpy, Python."""
+    return {
+        "torch": torch.get_rng_state(),
+        "torch_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+
+
+def set_random_generator_states(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state.get("torch_cuda") is not None and torch.cuda.is_available() and len(state["torch_cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["torch_cuda"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+class ResumesExactly:
+    """Mixin for an ``Algorithm``: checkpoints carry the process's random generators, and
+    restoring checks the files first (see the module doc)."""
+
+    def get_state(self, *args, **kwargs) -> dict:
+        state = super().get_state(*args, **kwargs)
+        state[RANDOM_GENERATORS] = random_generator_states()
+        return state
+
+    def set_state(self, state: dict) -> None:
+        generators = state.get(RANDOM_GENERATORS)
+        super().set_state({k: v for k, v in state.items() if k != RANDOM_GENERATORS})
+        if generators is not None:
+            self._restored_generators = generators
+
+    def restore_from_path(self, path, *args, **kwargs):
+        check_checkpoint_files(path)
+        self._restored_generators = None
+        result = super().restore_from_path(path, *args, **kwargs)
+        if self._restored_generators is not None:  # last: restoring the components draws nothing after this
+            set_random_generator_states(self._restored_generators)
+        return result
+
+    @classmethod
+    def from_checkpoint(cls, path, *args, **kwargs):
+        check_checkpoint_files(path)
+        return super().from_checkpoint(path, *args, **kwargs)
