@@ -1,6 +1,6 @@
 """Draw the plots and print the tables of recorded benchmark results again, from their JSON.
 
-    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training, breakdown found there
+    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training, breakdown, workload found there
 
 A change to how results are shown (a labelled line, a legend moved, a new column computed from
 the recorded curves) then reaches the committed figures without rerunning the benchmarks.
@@ -35,7 +35,16 @@ def _breakdown(result: dict, out_dir: str) -> tuple[str, str]:
     return breakdown.table(rows), breakdown.plot_breakdown(rows, out_dir)
 
 
-REPLOTS: dict[str, Callable[[dict, str], tuple[str, str]]] = {"scaling": _scaling, "training": _training, "breakdown": _breakdown}
+def _workload(result: dict, out_dir: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import workload
+
+    rows = result["rows"]
+    return workload.summary(rows), workload.plot_workload(rows, out_dir)
+
+
+REPLOTS: dict[str, Callable[[dict, str], tuple[str, str]]] = {
+    "scaling": _scaling, "training": _training, "breakdown": _breakdown, "workload": _workload,
+}  # fmt: skip
 
 
 def replot(folder: str, out_dir: str | None = None) -> list[str]:

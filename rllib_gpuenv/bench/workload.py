@@ -68,5 +68,5 @@ def plot_workload(rows: list[dict], out_dir: str) -> str:
             ax.plot([r["substeps"] for r in mine], [r["seconds_per_step"] * 1e3 for r in mine], marker="o", label=b)
         ax.set(xscale="log", yscale="log", xlabel="substeps (work per step)", ylabel="ms per step", title=f"num_envs={n:,}")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside the data
     return save_figure(fig, out_dir, "workload")
