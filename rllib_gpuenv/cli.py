@@ -33,7 +33,7 @@ def _bench_scaling(args) -> None:
     for env_id in args.env:
         name = "scaling" if len(args.env) == 1 else f"scaling_{env_id}"
         throughput.run(sizes, min_seconds=args.min_seconds, only=args.only, out_dir=args.out, plot=args.plot, rounds=args.rounds,
-                       env_id=env_id, reference=args.reference, name=name)  # fmt: skip
+                       env_id=env_id, reference=args.reference, name=name, load=args.load)  # fmt: skip
 
 
 def _bench_block_size(args) -> None:
@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--only", nargs="*", help="only contenders whose name contains one of these")
     sc.add_argument("--env", nargs="+", default=["GPUCartPole-v1"], metavar="ID",
                     help="env id(s) of the suite (default: %(default)s); several write scaling_<id>.* each")
+    sc.add_argument("--load", type=int, default=0, metavar="N",
+                    help="run N busy processes meanwhile: a machine shared with another tenant, on purpose")
     sc.add_argument("--reference", metavar="DIR",
                     help="another checkout of this package (a directory holding rllib_gpuenv/): its numba-cpu CartPole joins as a contender")
     bs = benchmark("block-size", "numba-cuda threads per block at several num_envs (GPU)", _bench_block_size)

@@ -155,3 +155,22 @@ def test_a_closed_env_refuses_to_work():
     for call in (lambda: env.step([0, 1]), lambda: env.reset(), env.render):
         with pytest.raises(RuntimeError, match="CartPoleVectorEnv is closed: make a new one"):
             call()
+
+
+def test_thread_tuner_moves_to_the_faster_count():
+    """numba-cpu's default thread count follows what is faster now (a busy machine: fewer)."""
+    from rllib_gpuenv.backends.numba_cpu import ThreadTuner
+
+    tuner = ThreadTuner(maximum=4, explore_every=4, trial=2)
+    cost = {1: 1.0, 2: 0.6, 3: 0.8, 4: 0.9}  # two threads are fastest on this machine now
+    for _ in range(200):
+        threads = tuner.threads()
+        tuner.record(threads, cost[threads])
+    assert tuner.best == 2
+    cost = {1: 0.5, 2: 0.9, 3: 1.0, 4: 1.1}  # another tenant arrived: one thread is fastest
+    for _ in range(400):
+        threads = tuner.threads()
+        tuner.record(threads, cost[threads])
+    assert tuner.best == 1
+    fixed = CartPoleVectorEnv(4, backend="numba-cpu", num_threads=1)
+    assert fixed._backend._tuner is None and fixed._backend.threads_in_use == 1

@@ -16,14 +16,20 @@ and exact IEEE arithmetic, so that they match gymnasium's float64 physics to the
 
 Kernels are compiled on first use and cached on disk by numba (a kernel's name carries a digest
 of the sources and parameters it was built from, so an edit compiles afresh rather than loading
-a stale kernel). Threads: ``num_threads`` (default: the CPUs this process may run on, which
-inside a Ray actor are the ones Ray gave it).
+a stale kernel).
+
+Threads: ``num_threads`` fixes them; by default the backend uses at most the CPUs this process
+may run on (its affinity mask; the device env runner passes a remote runner's
+``num_cpus_per_env_runner``), and fewer while fewer are faster (``ThreadTuner``): a parallel
+region waits for its slowest thread, so on a machine whose other cores are busy, two threads
+can take longer than one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 import numba
 import numpy as np
@@ -114,6 +120,52 @@ def default_num_threads() -> int:
     return max(1, min(cpus, numba.config.NUMBA_NUM_THREADS))
 
 
+class ThreadTuner:
+    """The thread count that steps fastest now, among ``1..maximum``: measured, not assumed.
+
+    Mostly it uses the best count so far; every ``explore_every`` steps it tries a neighbouring
+    count for ``trial`` steps, and keeps whichever has the lower recent time per step (an
+    exponential average, so that the machine's load may change). The results do not depend on
+    the count: every env is computed on its own.
+    """
+
+    def __init__(self, maximum: int, explore_every: int = 64, trial: int = 4, smoothing: float = 0.25):
+        self.maximum, self.explore_every, self.trial, self.smoothing = maximum, explore_every, trial, smoothing
+        self.best = maximum
+        self.seconds: dict[int, float] = {}
+        self._count = 0
+        self._trying: int | None = None
+        self._trial_left = 0
+        self._direction = -1
+
+    def threads(self) -> int:
+        """The count to use for the next step."""
+        if self.maximum == 1:
+            return 1
+        if self._trying is None and self._count >= self.explore_every:
+            self._count = 0
+            candidate = self.best + self._direction
+            if not 1 <= candidate <= self.maximum:
+                self._direction = -self._direction
+                candidate = self.best + self._direction
+            self._trying, self._trial_left = candidate, self.trial
+        return self.best if self._trying is None else self._trying
+
+    def record(self, threads: int, seconds: float) -> None:
+        """How long a step with ``threads`` threads took."""
+        old = self.seconds.get(threads)
+        self.seconds[threads] = seconds if old is None else old + self.smoothing * (seconds - old)
+        self._count += 1
+        if self._trying is not None:
+            self._trial_left -= 1
+            if self._trial_left <= 0:
+                if self.seconds[self._trying] < self.seconds.get(self.best, float("inf")):
+                    self.best = self._trying
+                else:
+                    self._direction = -self._direction
+                self._trying = None
+
+
 class NumbaCPUBackend(Backend):
     name = "numba-cpu"
 
@@ -128,6 +180,7 @@ class NumbaCPUBackend(Backend):
         if num_threads is not None and not (isinstance(num_threads, int) and 1 <= num_threads <= limit):
             raise ValueError(f"num_threads must be an integer in 1..{limit} (numba's thread pool), got {num_threads!r}")
         self.num_threads = num_threads or default_num_threads()
+        self._tuner = None if num_threads is not None else ThreadTuner(self.num_threads)
         self._kernel = kernel_for(env, dtype)
         self._arguments = KernelArguments(self._kernel.py_func)
         self._outputs = StepOutputs.allocate(env.definition.obs_size, num_envs, dtype, device)
@@ -152,10 +205,20 @@ class NumbaCPUBackend(Backend):
             args = self._arguments.fill(actions=actions.numpy(), **out_arrays)
         else:
             args = self._arguments.fill(actions=actions.numpy())
-        numba.set_num_threads(self.num_threads)
         if self._compiled:
+            threads = self.num_threads if self._tuner is None else self._tuner.threads()
+            numba.set_num_threads(threads)
+            start = time.perf_counter()
             self._kernel(*args)
+            if self._tuner is not None:
+                self._tuner.record(threads, time.perf_counter() - start)
         else:  # the first step compiles the kernel, or loads it from numba's cache: say which
+            numba.set_num_threads(self.num_threads)
             log_first_call(self._kernel, args, f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})")
             self._compiled = True
         return outputs
+
+    @property
+    def threads_in_use(self) -> int:
+        """The thread count steps run with now."""
+        return self.num_threads if self._tuner is None else self._tuner.best

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
 import os
 import platform
+import subprocess
+import sys
 import time
 from typing import Callable, Sequence
 
@@ -123,3 +126,17 @@ def _fmt(value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return "-" if value is None else str(value)
+
+
+@contextlib.contextmanager
+def busy_processes(count: int):
+    """``count`` processes that keep a core busy each, for as long as the block runs: a shared
+    machine on purpose, to measure what another tenant costs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.2 * bool(hogs))  # let the scheduler place them
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

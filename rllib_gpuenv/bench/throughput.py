@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, time_calls
+from rllib_gpuenv.bench.common import busy_processes, format_table, pyplot, report, save_figure, time_calls
 
 logger = logging.getLogger(__name__)
 
@@ -200,11 +200,13 @@ def run(
     rounds: int = 5,
     env_id: str = "GPUCartPole-v1",
     reference: str | None = None,
+    load: int = 0,
 ) -> list[dict]:
     """Measure every contender at every size; print a table; write JSON/CSV (and a PNG).
 
     Each contender is timed for ``min_seconds`` at each size in all, split over ``rounds``
-    interleaved turns (see the module doc).
+    interleaved turns (see the module doc). ``load``: that many busy processes run meanwhile
+    (a shared machine on purpose).
     """
     with_gpu = torch.cuda.is_available()
     chosen = [c for c in contenders(env_id, with_gpu, reference) if not only or any(o in c.name for o in only)]
@@ -214,9 +216,10 @@ def run(
         print(f"  {env_id} num_envs={n:>9,}: {len(here)} contenders, {rounds} interleaved rounds", file=sys.stderr, flush=True)
         steps = {c.name: c.make(n) for c in here}
         turns: dict[str, list[float]] = {c.name: [] for c in here}
-        for _ in range(rounds):
-            for c in here:
-                turns[c.name].append(_time_turn(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), c.device))
+        with busy_processes(load):
+            for _ in range(rounds):
+                for c in here:
+                    turns[c.name].append(_time_turn(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), c.device))
         for c in here:
             seconds = statistics.median(turns[c.name])
             rows.append({"env": env_id, "contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds,
@@ -228,7 +231,8 @@ def run(
     print(summary(rows))
     print("\nturning points (time per step grows ~linearly from here on)\n"
           + format_table(["contender", "num_envs"], [[c, n] for c, n in turning.items()]))  # fmt: skip
-    meta = {"env": env_id, "num_envs": num_envs, "min_seconds": min_seconds, "rounds": rounds, "turning_points": turning, "reference": reference}
+    meta = {"env": env_id, "num_envs": num_envs, "min_seconds": min_seconds, "rounds": rounds, "turning_points": turning,
+            "reference": reference, "busy_processes": load}  # fmt: skip
     report(rows, out_dir, name, meta, plot=(lambda: plot_scaling(rows, out_dir, name, turning)) if plot else None)
     return rows
 
