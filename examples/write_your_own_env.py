@@ -111,7 +111,8 @@ def main() -> None:
     algo = config.build_algo()
     for i in range(1, args.iterations + 1):
         result = algo.train()
-        print(f"iter {i:3d}  mean return {result['env_runners']['episode_return_mean']:7.2f}", flush=True)
+        mean = result["env_runners"].get("episode_return_mean")  # absent until an episode has ended
+        print(f"iter {i:3d}  mean return {'   none yet' if mean is None else f'{mean:7.2f}'}", flush=True)
     algo.stop()
     ray.shutdown()
 

@@ -118,7 +118,7 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head)
     logs = bash(recipe["logs"].replace("<id>", job_id), env)
     status = bash(recipe["status"].replace("<id>", job_id), env, timeout=300)
     assert "succeeded" in status.stdout.lower(), status.stdout + status.stderr[-2000:] + logs.stdout[-5000:]
-    assert "Trial status: 1 TERMINATED" in logs.stdout and "experiment 'gpu-cartpole-ppo': 1 trial(s)" in logs.stdout, logs.stdout[-5000:]
+    assert ": TERMINATED after 20 iteration(s)" in logs.stdout and "experiment 'gpu-cartpole-ppo': 1 trial(s)" in logs.stdout, logs.stdout[-5000:]
     assert os.path.isdir(os.path.join(env["HOME"], "ray_results", "gpu-cartpole-ppo"))
 
     stopped = bash(recipe["stop"].replace("<id>", job_id), env, timeout=300)  # a finished job: nothing to stop

@@ -38,7 +38,7 @@ def test_with_a_gpu_fractions_are_tried_but_not_on_the_local_runner():
 
 def test_a_candidate_that_cannot_fit_fails_before_any_trial(ray_local):
     exp = inline_experiment("DevicePPO", "GPUCartPole-v1", stop={"env_runners/episode_return_mean": 100})
-    with pytest.raises(ExperimentError, match=r"needs 4 CPU \(the cluster has 2\)"):
+    with pytest.raises(ExperimentError, match=r"asks Ray for 4 CPU\(s\) but the cluster has 2"):
         search_resources(exp, ResourceSpace(num_envs_per_env_runner=[64], num_env_runners=[3]))
 
 

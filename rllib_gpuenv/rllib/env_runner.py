@@ -219,8 +219,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                 self._obs, r.rewards[t], r.terminated[t], r.truncated[t], info = self.env.step(self._actions_for_env(actions))
                 r.valid[t] = ~self._prev_done
                 self._prev_done = r.terminated[t] | r.truncated[t]
-                if "episode" in info:
-                    episodes.append((info["_episode"], info["episode"]["r"], info["episode"]["l"]))
+                if "episode" in info:  # copies: the env may reuse its output buffers next step
+                    episodes.append((info["_episode"].clone(), info["episode"]["r"].clone(), info["episode"]["l"].clone()))
             r.last_obs.copy_(self._obs)
         ended, returns, lengths = (torch.stack(x) for x in zip(*episodes)) if episodes else (None, None, None)
         self._log_metrics(T * self.num_envs, returns[ended] if episodes else torch.zeros(0), lengths[ended] if episodes else torch.zeros(0))
@@ -283,8 +283,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                 for key, value in (("obs", self._obs), ("actions", actions), ("rewards", reward),
                                    ("terminated", term), ("truncated", trunc), ("valid", valid)):  # fmt: skip
                     record[key].append(value[:recorded].clone())
-                if "episode" in info:
-                    ended.append((info["_episode"], info["episode"]["r"], info["episode"]["l"]))
+                if "episode" in info:  # copies: the env may reuse its output buffers next step
+                    ended.append((info["_episode"].clone(), info["episode"]["r"].clone(), info["episode"]["l"].clone()))
                 done_once |= term | trunc
                 if (t + 1) % CHECK_EVERY == 0 and stop(done_once):
                     break
