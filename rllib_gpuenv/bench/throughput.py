@@ -11,8 +11,9 @@ the size from which the time per step grows about linearly with num_envs: more e
 being free.
 
 ``--reference DIR`` adds a contender from another checkout of this package (DIR holds its
-``rllib_gpuenv``): its numba-cpu CartPole, timed in its own process in the same interleaved
-rounds, so that a change is measured against the code before it in one run.
+``rllib_gpuenv``): its numba-cpu CartPole, loaded into this process under another name and timed
+in the same interleaved rounds, so that a change is measured against the code before it in one
+run.
 
 The machines this runs on are shared, and another tenant can slow one contender's whole
 measurement by a third. So at each size every contender is built first, then timed in
@@ -22,11 +23,9 @@ falls on all contenders alike rather than on one, and the ratios hold up between
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -96,51 +95,42 @@ def _plain_torch(device: str) -> Callable:
     return make
 
 
-_REFERENCE_WORKER = """
-import json, sys, time, torch
-from rllib_gpuenv import CartPoleVectorEnv
-envs = {}
-for line in sys.stdin:
-    n, calls = json.loads(line)
-    if n not in envs:
-        env = CartPoleVectorEnv(n, backend="numba-cpu")
-        env.reset(seed=0)
-        pool = torch.randint(0, 2, (8, n), generator=torch.Generator().manual_seed(0))
-        for i in range(3):
-            env.step(pool[i % 8])
-        envs = {n: (env, pool)}
-    env, pool = envs[n]
-    start = time.perf_counter()
-    for i in range(calls):
-        env.step(pool[i % 8])
-    print(json.dumps((time.perf_counter() - start) / calls), flush=True)
-"""
+def _load_reference(checkout: str):
+    """The ``rllib_gpuenv`` package of another checkout, imported as ``rllib_gpuenv_reference``
+    (a copy with its imports renamed), so that both run in this process and share numba's thread
+    pool: a second process's idle OpenMP threads would spin against the timed ones."""
+    import importlib
+    import re
+    import shutil
+    import tempfile
+
+    source = os.path.join(os.path.abspath(checkout), "rllib_gpuenv")
+    if not os.path.isdir(source):
+        raise SystemExit(f"--reference {checkout}: no rllib_gpuenv package there (give a checkout of this repository)")
+    root = tempfile.mkdtemp(prefix="rllib_gpuenv_reference_")
+    target = os.path.join(root, "rllib_gpuenv_reference")
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, _, files in os.walk(target):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    text = re.sub(r"\brllib_gpuenv\b", "rllib_gpuenv_reference", f.read())
+                with open(path, "w") as f:
+                    f.write(text)
+    sys.path.insert(0, root)
+    return importlib.import_module("rllib_gpuenv_reference")
 
 
 def _reference(checkout: str) -> Callable:
-    """numba-cpu CartPole of another checkout, stepped in a process of its own (it has the same
-    package name): each call of the returned step function times ``calls`` steps there."""
+    """numba-cpu CartPole of another checkout of this package (see ``_load_reference``)."""
+    package = _load_reference(checkout)
 
     def make(n: int):
-        environ = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
-        worker = subprocess.Popen([sys.executable, "-c", _REFERENCE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  text=True, env=environ, cwd=os.path.abspath(checkout))  # fmt: skip
-
-        def timed(calls: int) -> float:
-            worker.stdin.write(json.dumps([n, calls]) + "\n")
-            worker.stdin.flush()
-            line = worker.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the reference checkout {checkout} failed to step CartPoleVectorEnv(numba-cpu)")
-            return json.loads(line)
-
-        def close():
-            worker.stdin.close()
-            worker.wait(timeout=60)
-
-        timed.seconds_per_call = True
-        timed.close = close
-        return timed
+        env = package.CartPoleVectorEnv(n, backend="numba-cpu")
+        env.reset(seed=0)
+        pool = torch.randint(0, 2, (POOL, n), generator=torch.Generator().manual_seed(0))
+        return lambda i: env.step(pool[i % POOL])
 
     return make
 
@@ -181,14 +171,6 @@ def contenders(env_id: str, with_gpu: bool, reference: str | None = None) -> lis
     return found
 
 
-def _time_turn(step, seconds: float, calls: int, device: str) -> float:
-    """Seconds per step of one contender for one interleaved turn."""
-    if getattr(step, "seconds_per_call", False):  # timed in its own process
-        per_call = step(max(1, calls))
-        return step(max(calls, int(seconds / per_call)))
-    return time_calls(step, seconds, calls, device=device)
-
-
 def run(
     num_envs: list[int],
     min_seconds: float = 0.5,
@@ -219,7 +201,7 @@ def run(
         with busy_processes(load):
             for _ in range(rounds):
                 for c in here:
-                    turns[c.name].append(_time_turn(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), c.device))
+                    turns[c.name].append(time_calls(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), device=c.device))
         for c in here:
             seconds = statistics.median(turns[c.name])
             rows.append({"env": env_id, "contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds,
