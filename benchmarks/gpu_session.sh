@@ -19,7 +19,7 @@ pack)
     mkdir -p "$(git rev-parse --git-dir)/info"  # the shared script lists .whl/ in info/exclude
     bash ../shared/device/pack-ray-wheels.sh
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
-        pytest pluggy iniconfig
+        pytest pluggy iniconfig tqdm
     du -sh .whl
     ;;
 run)
@@ -36,10 +36,10 @@ run)
     } | tee "$OUT/machine.txt"
     for stage in $stages; do
         case $stage in
-        tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_cuda_compile.py tests/test_backends_agree.py 2>&1 | tee "$OUT/tests.txt" | tail -15 ;;
+        tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_cuda_compile.py tests/test_backends_agree.py tests/test_numba_cuda_sim.py 2>&1 | tee "$OUT/tests.txt" | tail -15 ;;
         bench)
-            bench block-size --plot | tee "$OUT/block_size.txt" | tail -12
-            bench scaling --plot --num-envs 1..4194304 | tee "$OUT/scaling.txt" | tail -25
+            bench block-size --plot --num-envs 65536,1048576,16777216 | tee "$OUT/block_size.txt" | tail -12
+            bench scaling --plot --num-envs 1024..16777216 --only numba torch | tee "$OUT/scaling.txt" | tail -25
             bench breakdown --plot | tee "$OUT/breakdown.txt" | tail -16 ;;
         training) bench training --plot --contenders device --budget 60 | tee "$OUT/training.txt" | tail -8 ;;
         *) echo "unknown stage $stage (tests, bench, training)" >&2 ;;
