@@ -116,6 +116,9 @@ class ActionsForEnv:
 class DeviceEnvRunner(SingleAgentEnvRunner):
     """An RLlib env runner whose env, module and rollout buffers share one device."""
 
+    # A local runner beside remote ones never makes its env (RLlib's default): it has no obs.
+    _obs: torch.Tensor | None = None
+
     def make_env(self) -> None:
         config = self.config
         requested = getattr(config, "env_runner_device", "auto")
@@ -325,7 +328,9 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         """RLlib's runner state, plus where the envs are (for exact resume, ``checkpointing.py``):
         the env's state, the last observations, the pending-reset mask and the episode window."""
         state = super().get_state(*args, **kwargs)
-        if self._obs is not None and hasattr(self.env, "get_state"):
+        components, not_components = (args[0] if args else kwargs.get("components")), kwargs.get("not_components")
+        wanted = self._check_component(DEVICE_ROLLOUT_STATE, components, not_components)
+        if wanted and self._obs is not None and hasattr(self.env, "get_state"):
             state[DEVICE_ROLLOUT_STATE] = {
                 "env": self.env.get_state(),
                 "obs": self._obs.cpu().clone(),
@@ -337,7 +342,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def set_state(self, state: dict) -> None:
         super().set_state({k: v for k, v in state.items() if k != DEVICE_ROLLOUT_STATE})
         saved = state.get(DEVICE_ROLLOUT_STATE)
-        if saved is not None:
+        # An evaluation runner synced from the training runner keeps its own envs' positions.
+        if saved is not None and getattr(self, "env", None) is not None and not self.config.in_evaluation:
             self.env.set_state(saved["env"])
             self._obs = saved["obs"].to(self._device)
             self._prev_done = saved["prev_done"].to(self._device)
