@@ -126,10 +126,11 @@ class ThreadTuner:
     Mostly it uses the best count so far; every ``explore_every`` steps it tries a neighbouring
     count for ``trial`` steps, and keeps whichever has the lower recent time per step (an
     exponential average, so that the machine's load may change). The results do not depend on
-    the count: every env is computed on its own.
+    the count: every env is computed on its own. A trial of a worse count costs its steps up to
+    twice their time, so trials are rare: 2 steps in 258 (< 1 % of the time).
     """
 
-    def __init__(self, maximum: int, explore_every: int = 64, trial: int = 4, smoothing: float = 0.25):
+    def __init__(self, maximum: int, explore_every: int = 256, trial: int = 2, smoothing: float = 0.25):
         self.maximum, self.explore_every, self.trial, self.smoothing = maximum, explore_every, trial, smoothing
         self.best = maximum
         self.seconds: dict[int, float] = {}

@@ -36,7 +36,7 @@ from rllib_gpuenv.core.rng import bits_to_uniform, reset_bits
 logger = logging.getLogger(__name__)
 
 # Bound per env by ``BoundEnv``; placeholders until then.
-ENV_STEP = ENV_OBSERVE = PARAMS = SELECT_STATE = ADVANCE = FLOAT32_INITIAL_STATE = None
+ENV_STEP = ENV_OBSERVE = PARAMS = SELECT_STATE = ADVANCE = FLOAT32_INITIAL_STATE = STATE_SIZE = None
 LOAD_STATE = STORE_STATE = STORE_OBS = LOAD_ACTION = None
 
 
@@ -69,7 +69,7 @@ def begin_episode(i, state, episode, seed32, lows, highs):
     """Kernels: count env ``i``'s next episode and draw its initial state into ``state``."""
     e = episode[i] + 1
     episode[i] = e
-    for k in range(state.shape[0]):
+    for k in range(STATE_SIZE):  # a constant: the compiler unrolls the loop
         value = initial_value(seed32, i, e, k, lows[k], highs[k])
         state[k, i] = to_float32(value) if FLOAT32_INITIAL_STATE else value
 
@@ -152,7 +152,7 @@ class BoundEnv:
         space = d.action_space(self.params)
         load_action = _load_scalar if self.discrete else tuples.load_row(int(np.prod(space.shape)))
         bound_advance = bind(advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=params, SELECT_STATE=tuples.select_each(d.state_size))
-        begin = bind(begin_episode, FLOAT32_INITIAL_STATE=d.float32_initial_state)
+        begin = bind(begin_episode, FLOAT32_INITIAL_STATE=d.float32_initial_state, STATE_SIZE=d.state_size)
         step = bind(advance_env, ADVANCE=bound_advance, LOAD_ACTION=load_action, LOAD_STATE=tuples.load_column(d.state_size),
                     STORE_STATE=tuples.store_column(d.state_size), STORE_OBS=tuples.store_column(d.obs_size))  # fmt: skip
         if dtype == torch.float32:
