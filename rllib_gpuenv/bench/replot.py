@@ -2,6 +2,9 @@
 
     python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training, breakdown, workload found there
 
+A result is ``<kind>.json`` or ``<kind>_<variant>.json`` (``scaling_GPUPendulum-v1.json``); its
+plot is drawn again as ``<same name>.png``.
+
 A change to how results are shown (a labelled line, a legend moved, a new column computed from
 the recorded curves) then reaches the committed figures without rerunning the benchmarks.
 """
@@ -11,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import tempfile
 from typing import Callable
 
 
@@ -53,13 +58,18 @@ def replot(folder: str, out_dir: str | None = None) -> list[str]:
     out_dir = out_dir or folder
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    for name, draw in REPLOTS.items():
-        path = os.path.join(folder, f"{name}.json")
-        if not os.path.exists(path):
+    for file in sorted(os.listdir(folder)):
+        name, ext = os.path.splitext(file)
+        kind = name.split("_", 1)[0]
+        if ext != ".json" or kind not in REPLOTS:
             continue
+        path = os.path.join(folder, file)
         with open(path) as f:
             result = json.load(f)
-        text, plot = draw(result, out_dir)
+        with tempfile.TemporaryDirectory() as scratch:  # each kind draws <kind>.png; this result's is <name>.png
+            text, drawn = REPLOTS[kind](result, scratch)
+            plot = os.path.join(out_dir, f"{name}.png")
+            shutil.move(drawn, plot)
         print(f"== {name} ({path})\n{text}\nplot: {plot}\n")
         written.append(plot)
     if not written:

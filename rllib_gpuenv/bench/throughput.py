@@ -286,4 +286,7 @@ def plot_scaling(rows: list[dict], out_dir: str, name: str, turning: dict | None
         handles.append(Line2D([], [], marker="*", markersize=12, color="grey", linestyle="none"))
         labels.append(TURNING_POINT)
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
+    envs = sorted({r["env"] for r in rows if "env" in r})
+    if envs:
+        fig.suptitle(", ".join(envs))
     return save_figure(fig, out_dir, name)
