@@ -1,6 +1,6 @@
 """Draw the plots and print the tables of recorded benchmark results again, from their JSON.
 
-    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training, breakdown, workload found there
+    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training(_<task>), breakdown, workload found there
 
 A change to how results are shown (a labelled line, a legend moved, a new column computed from
 the recorded curves) then reaches the committed figures without rerunning the benchmarks.
@@ -24,8 +24,9 @@ def _scaling(result: dict, out_dir: str) -> tuple[str, str]:
 def _training(result: dict, out_dir: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import training
 
-    runs, target = result["meta"]["curves"], result["meta"]["target"]
-    return training.summary_text(training.summarise(runs, target), target), training.plot_curves(runs, target, out_dir)
+    meta = result["meta"]
+    runs, target, task = meta["curves"], meta["target"], training.TASKS[meta.get("task", training.DEFAULT_TASK)]
+    return training.summary_text(training.summarise(runs, target, task), target, task), training.plot_curves(runs, target, out_dir, task)
 
 
 def _breakdown(result: dict, out_dir: str) -> tuple[str, str]:
@@ -48,15 +49,16 @@ REPLOTS: dict[str, Callable[[dict, str], tuple[str, str]]] = {
 
 
 def replot(folder: str, out_dir: str | None = None) -> list[str]:
-    """Every known ``<name>.json`` in ``folder``: print its table, write ``<name>.png`` to
-    ``out_dir`` (default: the same folder); return the plots' paths."""
+    """Every known ``<name>.json`` (and each training task's ``training_<task>.json``) in ``folder``: print its table, write its PNG to ``out_dir`` (default: the same folder);
+    return the plots' paths."""
     out_dir = out_dir or folder
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    for name, draw in REPLOTS.items():
-        path = os.path.join(folder, f"{name}.json")
-        if not os.path.exists(path):
+    for name in sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json")):
+        draw = REPLOTS.get(name) or (_training if name.startswith("training_") else None)
+        if draw is None:
             continue
+        path = os.path.join(folder, f"{name}.json")
         with open(path) as f:
             result = json.load(f)
         text, plot = draw(result, out_dir)
