@@ -53,7 +53,11 @@ def _bench_workload(args) -> None:
 def _bench_training(args) -> None:
     from rllib_gpuenv.bench import training
 
-    training.run(args.contenders, _sizes(args.seeds), target=args.target, budget_s=args.budget, out_dir=args.out, plot=args.plot)
+    try:
+        training.run(args.contenders, _sizes(args.seeds), target=args.target, budget_s=args.budget, out_dir=args.out, plot=args.plot,
+                     task=args.task, device_config=args.device_config)  # fmt: skip
+    except (ValueError, FileNotFoundError) as err:  # a contender the task lacks, a missing experiment file
+        raise SystemExit(f"rllib-gpuenv bench training: error: {err}") from None
 
 
 def _bench_breakdown(args) -> None:
@@ -101,12 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
     wl.add_argument("--num-envs", help="sizes (default 256,65536 on CPU; 4096,1048576 on GPU)")
     wl.add_argument("--substeps", default="1,4,16,64", help="substeps values")
     wl.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
-    tr = benchmark("training", "PPO reward vs wall time: device path, stock runner, stock RLlib, SB3", _bench_training)
-    tr.add_argument("--contenders", nargs="*", default=["device", "stock-runner", "stock-rllib", "stock-rllib-8envs", "sb3"],
-                    help="subset of %(default)s")  # fmt: skip
+    tr = benchmark("training", "reward vs wall time, side by side: our device path, stock RLlib, SB3 (PPO or DQN)", _bench_training)
+    tr.add_argument("--task", choices=["cartpole-ppo", "pendulum-ppo", "cartpole-dqn"], default="cartpole-ppo",
+                    help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475")
+    tr.add_argument("--contenders", nargs="*", help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
+                    "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3")
     tr.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
-    tr.add_argument("--target", type=float, default=475.0, help="mean return of the last 100 episodes to reach")
+    tr.add_argument("--target", type=float, help="mean return of the last 100 episodes to reach (default: the task's, 475 or -300)")
     tr.add_argument("--budget", type=float, default=90.0, help="seconds of training per run before giving up")
+    tr.add_argument("--device-config", metavar="PATH",
+                    help="the device contender's experiment file (default: the task's shipped one, e.g. configs/gpu_cartpole_dqn.yaml)")
     bd = benchmark("breakdown", "where the time of a PPO iteration goes, device path vs stock runner", _bench_breakdown)
     bd.add_argument("--num-envs", type=int, default=128)
     bd.add_argument("--rollout-length", type=int, default=32)

@@ -222,6 +222,8 @@ def prepare_settings(config: Any, settings: dict, where: str) -> dict:
     settings = translate_config(settings, config, where)
     if isinstance(settings.get("model_config"), dict):
         settings["model_config"] = translate_model_config(settings["model_config"], where)
+    if isinstance(settings.get("n_step"), list):  # YAML has no tuples; RLlib reads a range (DQN's n_step: [2, 5]) only from one
+        settings["n_step"] = tuple(settings["n_step"])
     setters = _setter_of(type(config))
     for key in settings:
         if key in METHOD_SECTIONS:

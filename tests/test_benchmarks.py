@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -67,6 +68,52 @@ def test_training_curves(tmp_path):
     for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
         half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
         assert run["lowest_after_half"] == (None if half is None else min(p[2] for p in run["curve"][half:]))
+
+
+def test_training_curves_pendulum_ppo(tmp_path):
+    """Continuous PPO: ours (the shipped Pendulum file) and SB3 with RL-Zoo's settings (stock RLlib's
+    runs take the path test_training_curves covers; its file loads in test_rllib_cli)."""
+    out = bench(tmp_path, "training", "--task", "pendulum-ppo", "--contenders", "device", "sb3", "--seeds", "0",
+                "--target", "-1400", "--budget", "4")  # fmt: skip
+    assert "pendulum-ppo: time and env steps to a mean return of -1400" in out.stdout and "lowest return after -1300" in out.stdout
+    result = outputs(tmp_path, "training_pendulum-ppo")
+    assert result["meta"]["task"] == "pendulum-ppo" and [r["contender"] for r in result["rows"]] == ["device", "sb3"]
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    assert result["rows"][0]["config_file"].endswith("gpu_pendulum_ppo.yaml")
+
+
+def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp_path):
+    """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml), stock RLlib DQN, SB3."""
+    settings = tmp_path / "dqn.yaml"
+    settings.write_text(textwrap.dedent("""
+        tiny-dqn:
+          run: DeviceDQN
+          env: GPUCartPole-v1
+          stop: {training_iteration: 5}
+          config:
+            num_envs_per_env_runner: 12
+            device_rollouts: {rollout_length: 4}
+            train_batch_size_per_learner: 64
+            num_steps_sampled_before_learning_starts: 128
+            replay_buffer_config: {capacity: 5000}
+    """))
+    out_dir = tmp_path / "out"
+    out = bench(out_dir, "training", "--task", "cartpole-dqn", "--seeds", "0", "--target", "25", "--budget", "4",
+                "--device-config", str(settings))  # fmt: skip
+    assert "cartpole-dqn: time and env steps to a mean return of 25" in out.stdout
+    result = outputs(out_dir, "training_cartpole-dqn")
+    assert [r["contender"] for r in result["rows"]] == ["device", "stock-rllib", "sb3"]
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    device = next(run for run in result["meta"]["curves"] if run["contender"] == "device")
+    assert device["config_file"] == str(settings)
+    assert all(p[1] % 48 == 0 for p in device["curve"])  # rounds of the file's 12 envs x 4 steps
+
+
+def test_training_refuses_a_contender_the_task_lacks(tmp_path):
+    cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", "training", "--task", "pendulum-ppo", "--contenders", "stock-runner",
+           "--out", str(tmp_path)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300, check=False)
+    assert out.returncode != 0 and "task 'pendulum-ppo' has no contender 'stock-runner': its contenders are device, stock-rllib, sb3" in out.stderr
 
 
 def test_replot_draws_the_recorded_results_again(tmp_path):

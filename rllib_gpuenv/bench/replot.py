@@ -1,6 +1,6 @@
 """Draw the plots and print the tables of recorded benchmark results again, from their JSON.
 
-    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training, breakdown, workload found there
+    python -m rllib_gpuenv.bench.replot benchmarks/     # every scaling, training, breakdown, workload result there
 
 A result is ``<kind>.json`` or ``<kind>_<variant>.json`` (``scaling_GPUPendulum-v1.json``); its
 plot is drawn again as ``<same name>.png``.
@@ -29,8 +29,9 @@ def _scaling(result: dict, out_dir: str) -> tuple[str, str]:
 def _training(result: dict, out_dir: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import training
 
-    runs, target = result["meta"]["curves"], result["meta"]["target"]
-    return training.summary_text(training.summarise(runs, target), target), training.plot_curves(runs, target, out_dir)
+    meta = result["meta"]
+    runs, target, task = meta["curves"], meta["target"], training.TASKS[meta.get("task", training.DEFAULT_TASK)]
+    return training.summary_text(training.summarise(runs, target, task), target, task), training.plot_curves(runs, target, out_dir, task)
 
 
 def _breakdown(result: dict, out_dir: str) -> tuple[str, str]:
@@ -53,8 +54,9 @@ REPLOTS: dict[str, Callable[[dict, str], tuple[str, str]]] = {
 
 
 def replot(folder: str, out_dir: str | None = None) -> list[str]:
-    """Every known ``<name>.json`` in ``folder``: print its table, write ``<name>.png`` to
-    ``out_dir`` (default: the same folder); return the plots' paths."""
+    """Every ``<kind>.json`` and ``<kind>_<variant>.json`` in ``folder`` (``training_<task>.json``,
+    ``scaling_<env>.json``): print its table, write ``<same name>.png`` to ``out_dir`` (default:
+    the same folder); return the plots' paths."""
     out_dir = out_dir or folder
     os.makedirs(out_dir, exist_ok=True)
     written = []

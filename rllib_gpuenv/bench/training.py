@@ -1,12 +1,22 @@
-"""Reward vs wall time (the CS267 paper's figure 7): PPO on CartPole, four setups, side by side.
+"""Reward vs wall time (the CS267 paper's figure 7): one task, several setups, side by side.
 
-* ``device``: our device path (``configs/gpu_cartpole_ppo.yaml``: DevicePPO, env + policy +
-  GAE on one device);
-* ``stock-runner``: our GPUCartPole-v1 on RLlib's stock env runner
-  (``configs/gpu_cartpole_stock_runner.yaml``);
-* ``stock-rllib``: stock RLlib PPO on gymnasium's CartPole-v1 (``configs/cartpole_stock_rllib.yaml``,
-  RLlib's own tuned example);
-* ``sb3``: Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters.
+Tasks (``--task``):
+
+* ``cartpole-ppo`` (default): PPO on CartPole, target 475. ``device``: our device path
+  (``configs/gpu_cartpole_ppo.yaml``: DevicePPO, env + policy + GAE on one device);
+  ``stock-runner``: our GPUCartPole-v1 on RLlib's stock env runner
+  (``configs/gpu_cartpole_stock_runner.yaml``); ``stock-rllib``: stock RLlib PPO on gymnasium's
+  CartPole-v1 (``configs/cartpole_stock_rllib.yaml``, RLlib's own tuned example), also with 8
+  envs per runner; ``sb3``: Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters.
+* ``pendulum-ppo``: continuous PPO on Pendulum, target -300 (where RLlib's own Pendulum PPO
+  example stops). ``device``: DevicePPO on GPUPendulum-v1 (``configs/gpu_pendulum_ppo.yaml``);
+  ``stock-rllib``: stock RLlib PPO on gymnasium's Pendulum-v1 (``configs/pendulum_stock_rllib.yaml``,
+  RLlib's example); ``sb3``: SB3 PPO with RL-Zoo's Pendulum-v1 hyperparameters.
+* ``cartpole-dqn``: DQN on CartPole, target 475. ``device``: DeviceDQN on GPUCartPole-v1 with the
+  settings of ``configs/gpu_cartpole_dqn.yaml``, read when the benchmark runs (``--device-config``
+  names another file); ``stock-rllib``: stock RLlib DQN on gymnasium's CartPole-v1
+  (``configs/cartpole_dqn_stock_rllib.yaml``, RLlib's example); ``sb3``: SB3 DQN with RL-Zoo's
+  CartPole-v1 hyperparameters.
 
 Every run happens in a fresh process, one after the other on the same machine, and records
 (seconds, env steps, mean return) after each iteration. The return criterion is the same for
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -31,37 +42,107 @@ import time
 
 from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, write_results
 
-CONTENDERS = {
-    "device": "ours: device path (DevicePPO)",
-    "stock-runner": "ours: env on RLlib's stock runner",
-    "stock-rllib": "stock RLlib on gymnasium CartPole",
-    "stock-rllib-8envs": "stock RLlib, 8 envs per runner",
-    "sb3": "Stable-Baselines3 PPO (RL-Zoo)",
-}
-CONFIG_FILES = {"device": "gpu_cartpole_ppo.yaml", "stock-runner": "gpu_cartpole_stock_runner.yaml",
-                "stock-rllib": "cartpole_stock_rllib.yaml", "stock-rllib-8envs": "cartpole_stock_rllib.yaml"}  # fmt: skip
-# Settings a contender changes in its config file (RLlib's tuned example with 8 envs per runner).
-BUILT_IN_OVERRIDES = {"stock-rllib-8envs": {"num_envs_per_env_runner": 8}}
-# RL-Zoo's hyperparameters for PPO on CartPole-v1 (rl-baselines3-zoo, hyperparams/ppo.yml).
-RL_ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0)  # fmt: skip
-RL_ZOO_ENVS, RL_ZOO_LR, RL_ZOO_CLIP = 8, 1e-3, 0.2
-# RL-Zoo trains 100k steps, and its linear lr and clip schedules run to zero over exactly those
-# steps (SB3's schedules see progress as a fraction of ``total_timesteps``). A larger total would
-# keep the lr near 1e-3 throughout and make SB3 slower than RL-Zoo's tuning intends.
-RL_ZOO_TIMESTEPS = 100_000
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
 
 
-def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, overrides: dict) -> dict:
+@dataclasses.dataclass(frozen=True)
+class SB3Setup:
+    """Stable-Baselines3 with RL-Zoo's hyperparameters for one env (rl-baselines3-zoo, hyperparams/)."""
+
+    algo: str  # "PPO" or "DQN"
+    env: str
+    n_envs: int
+    hyperparameters: dict
+    # RL-Zoo's n_timesteps: its schedules (linear lr and clip, DQN's exploration fraction) run
+    # over exactly these steps, as SB3 sees progress as a fraction of ``total_timesteps``; a
+    # larger total would stretch them and make SB3 slower than RL-Zoo's tuning intends.
+    total_timesteps: int
+    linear: tuple = ()  # hyperparameters RL-Zoo schedules linearly to zero (its ``lin_<value>``)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One race: its contenders (key: label), the experiment file of each RLlib contender, SB3's setup."""
+
+    name: str
+    target: float
+    start_return: float  # about a random policy's return: instability is measured from halfway to the target
+    contenders: dict
+    config_files: dict
+    sb3: SB3Setup
+    overrides: dict = dataclasses.field(default_factory=dict)  # settings a contender changes in its file
+
+    @property
+    def results_name(self) -> str:
+        """``training`` for the CartPole PPO race (its recorded name), ``training_<task>`` otherwise."""
+        return "training" if self.name == DEFAULT_TASK else f"training_{self.name}"
+
+    def halfway(self, target: float) -> float:
+        return (self.start_return + target) / 2
+
+
+DEFAULT_TASK = "cartpole-ppo"
+TASKS = {
+    task.name: task
+    for task in (
+        Task(
+            name="cartpole-ppo", target=475.0, start_return=0.0,
+            contenders={"device": "ours: device path (DevicePPO)", "stock-runner": "ours: env on RLlib's stock runner",
+                        "stock-rllib": "stock RLlib on gymnasium CartPole", "stock-rllib-8envs": "stock RLlib, 8 envs per runner",
+                        "sb3": "Stable-Baselines3 PPO (RL-Zoo)"},
+            config_files={"device": "gpu_cartpole_ppo.yaml", "stock-runner": "gpu_cartpole_stock_runner.yaml",
+                          "stock-rllib": "cartpole_stock_rllib.yaml", "stock-rllib-8envs": "cartpole_stock_rllib.yaml"},
+            overrides={"stock-rllib-8envs": {"num_envs_per_env_runner": 8}},  # RLlib's tuned example with 8 envs per runner
+            sb3=SB3Setup("PPO", "CartPole-v1", n_envs=8, total_timesteps=100_000, linear=("learning_rate", "clip_range"),
+                         hyperparameters=dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+                                              learning_rate=1e-3, clip_range=0.2)),
+        ),
+        Task(
+            name="pendulum-ppo", target=-300.0, start_return=-1200.0,
+            contenders={"device": "ours: device path (DevicePPO)", "stock-rllib": "stock RLlib PPO on gymnasium Pendulum",
+                        "sb3": "Stable-Baselines3 PPO (RL-Zoo)"},
+            config_files={"device": "gpu_pendulum_ppo.yaml", "stock-rllib": "pendulum_stock_rllib.yaml"},
+            sb3=SB3Setup("PPO", "Pendulum-v1", n_envs=4, total_timesteps=100_000,
+                         hyperparameters=dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
+                                              learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+        ),
+        Task(
+            name="cartpole-dqn", target=475.0, start_return=0.0,
+            contenders={"device": "ours: device path (DeviceDQN)", "stock-rllib": "stock RLlib DQN on gymnasium CartPole",
+                        "sb3": "Stable-Baselines3 DQN (RL-Zoo)"},
+            config_files={"device": "gpu_cartpole_dqn.yaml", "stock-rllib": "cartpole_dqn_stock_rllib.yaml"},
+            sb3=SB3Setup("DQN", "CartPole-v1", n_envs=1, total_timesteps=50_000,
+                         hyperparameters=dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+                                              gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+                                              exploration_fraction=0.16, exploration_final_eps=0.04,
+                                              policy_kwargs=dict(net_arch=[256, 256]))),
+        ),
+    )
+}  # fmt: skip
+ALL_CONTENDERS = {key: label for task in TASKS.values() for key, label in task.contenders.items()}
+
+
+def _experiment_file(task: Task, contender: str, device_config: str | None) -> str:
+    """The contender's experiment file: the task's shipped one, or ``device_config`` for ``device``."""
+    from rllib_gpuenv.config_files import config_file
+
+    if contender == "device" and device_config:
+        if not os.path.isfile(device_config):
+            raise FileNotFoundError(f"--device-config {device_config}: no such file")
+        return device_config
+    return str(config_file(task.config_files[contender]))
+
+
+def _rllib_curve(task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict, device_config: str | None) -> dict:
     import ray
 
-    from rllib_gpuenv.config_files import config_file
     from rllib_gpuenv.experiments import apply_config, load_experiments
     from rllib_gpuenv.rllib import DeviceEnvRunner
 
-    (experiment,) = load_experiments(config_file(CONFIG_FILES[contender]))
+    path = _experiment_file(task, contender, device_config)
+    (experiment,) = load_experiments(path)
     config = experiment.config.debugging(seed=seed)
-    apply_config(config, {**BUILT_IN_OVERRIDES.get(contender, {}), **overrides}, "overrides")
+    apply_config(config, {**task.overrides.get(contender, {}), **overrides}, "overrides")
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)  # its own Ray
     start = time.perf_counter()
     algo = config.build_algo()
@@ -85,7 +166,7 @@ def _rllib_curve(contender: str, seed: int, target: float, budget_s: float, over
     finally:
         algo.stop()
         ray.shutdown()
-    return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": sampling}
+    return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": sampling, "config_file": path}
 
 
 def _last_episodes_mean(recent, n: int = LAST_EPISODES) -> float:
@@ -121,8 +202,8 @@ def _rllib_sampling_rate(algo, repeats: int = 5) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def _sb3_curve(seed: int, target: float, budget_s: float) -> dict:
-    from stable_baselines3 import PPO
+def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> dict:
+    import stable_baselines3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -147,30 +228,35 @@ def _sb3_curve(seed: int, target: float, budget_s: float) -> dict:
             self.done = mean >= target or self.curve[-1][0] >= budget_s
 
     start = time.perf_counter()
-    env = make_vec_env("CartPole-v1", n_envs=RL_ZOO_ENVS, seed=seed)
-    model = PPO("MlpPolicy", env, learning_rate=linear(RL_ZOO_LR), clip_range=linear(RL_ZOO_CLIP), seed=seed, device="cpu", **RL_ZOO_CARTPOLE)  # fmt: skip
+    env = make_vec_env(setup.env, n_envs=setup.n_envs, seed=seed)
+    hyperparameters = {k: linear(v) if k in setup.linear else v for k, v in setup.hyperparameters.items()}
+    model = getattr(stable_baselines3, setup.algo)("MlpPolicy", env, seed=seed, device="cpu", **hyperparameters)
     build_s = time.perf_counter() - start
     callback = Curve()
-    model.learn(total_timesteps=RL_ZOO_TIMESTEPS, callback=callback)
+    model.learn(total_timesteps=setup.total_timesteps, callback=callback)
     obs, steps, start = env.reset(), 0, time.perf_counter()
     while steps < 5000:  # sampling alone: policy inference + env steps, as collect_rollouts does
         obs, *_ = env.step(model.predict(obs)[0])
-        steps += RL_ZOO_ENVS
+        steps += setup.n_envs
     return {"curve": callback.curve, "build_s": build_s, "sampling_env_steps_per_s": steps / (time.perf_counter() - start)}
 
 
-def run_one(contender: str, seed: int, target: float, budget_s: float, overrides: dict | None = None) -> dict:
+def run_one(task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict | None = None,
+            device_config: str | None = None) -> dict:  # fmt: skip
     """One training run in this process; returns its curve."""
     if contender == "sb3":
-        return _sb3_curve(seed, target, budget_s)
-    return _rllib_curve(contender, seed, target, budget_s, overrides or {})
+        return _sb3_curve(task.sb3, seed, target, budget_s)
+    return _rllib_curve(task, contender, seed, target, budget_s, overrides or {}, device_config)
 
 
-def _run_in_subprocess(contender: str, seed: int, target: float, budget_s: float, overrides: dict) -> dict:
+def _run_in_subprocess(task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict,
+                       device_config: str | None) -> dict:  # fmt: skip
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
-    cmd = [sys.executable, "-m", "rllib_gpuenv.bench.training", "--one", contender, "--seed", str(seed),
+    cmd = [sys.executable, "-m", "rllib_gpuenv.bench.training", "--task", task.name, "--one", contender, "--seed", str(seed),
            "--target", str(target), "--budget", str(budget_s), "--overrides", json.dumps(overrides), "--write", out]  # fmt: skip
+    if device_config:
+        cmd += ["--device-config", device_config]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s * 3 + 300, check=False)
     if proc.returncode:
         raise RuntimeError(f"{contender} seed {seed} failed:\n{proc.stderr[-3000:]}")
@@ -191,32 +277,33 @@ def _median_with_misses(runs: list[dict], key: str) -> float | None:
     return None if math.isinf(median) else median
 
 
-def lowest_after_half(curve: list, target: float) -> float | None:
-    """Instability: the lowest return after the run first reached half the target (None if it never did).
+def lowest_after_half(curve: list, halfway: float) -> float | None:
+    """Instability: the lowest return after the run first reached ``halfway`` (None if it never did).
 
-    A run that holds what it learned stays near or above half the target; a collapse (a policy
-    that reached 250 and fell back to 70) shows as a low value.
+    ``halfway`` lies between a random policy's return and the target (``Task.halfway``: half the
+    target on CartPole). A run that holds what it learned stays near or above it; a collapse (a
+    policy that reached 250 and fell back to 70) shows as a low value.
     """
-    first = next((i for i, point in enumerate(curve) if point[2] >= target / 2), None)
+    first = next((i for i, point in enumerate(curve) if point[2] >= halfway), None)
     return None if first is None else min(point[2] for point in curve[first:] if point[2] == point[2])  # NaN: no episode yet
 
 
-def summarise(runs: list[dict], target: float) -> list[dict]:
+def summarise(runs: list[dict], target: float, task: Task = TASKS[DEFAULT_TASK]) -> list[dict]:
     """Per contender: median time and env steps to target over seeds, instability, throughput, build time."""
     rows = []
     for key in dict.fromkeys(r["contender"] for r in runs):
         mine = [r for r in runs if r["contender"] == key]
         reached = [r for r in mine if r["time_to_target_s"] is not None]
-        lowest = [v for v in (lowest_after_half(r["curve"], target) for r in mine) if v is not None]
+        lowest = [v for v in (lowest_after_half(r["curve"], task.halfway(target)) for r in mine) if v is not None]
         rows.append({
-            "contender": CONTENDERS[key],
+            "contender": task.contenders[key],
             "key": key,
             "reached": f"{len(reached)}/{len(mine)}",
             # A seed that missed the target counts as infinitely slow; the median is None when
             # most seeds missed.
             "median_time_to_target_s": _median_with_misses(mine, "time_to_target_s"),
             "median_steps_to_target": _median_with_misses(mine, "steps_to_target"),
-            # Instability: the lowest return after first reaching half the target, per seed.
+            # Instability: the lowest return after first reaching halfway to the target, per seed.
             "median_lowest_after_half": _median(lowest),
             "worst_lowest_after_half": min(lowest, default=None),
             "best_return": max(r["final_return"] for r in mine),
@@ -228,51 +315,69 @@ def summarise(runs: list[dict], target: float) -> list[dict]:
     return rows
 
 
-def _run_row(contender: str, seed: int, budget_s: float, target: float, result: dict) -> dict:
+def _run_row(contender: str, seed: int, budget_s: float, target: float, halfway: float, result: dict) -> dict:
     curve = result["curve"]
     hit = next((p for p in curve if p[2] >= target), None)
     seconds, steps = (curve[-1][0], curve[-1][1]) if curve else (float("nan"), 0)
     return {
         "contender": contender, "seed": seed, "budget_s": budget_s, "build_s": result["build_s"],
         "time_to_target_s": hit[0] if hit else None, "steps_to_target": hit[1] if hit else None,
-        "lowest_after_half": lowest_after_half(curve, target),
+        "lowest_after_half": lowest_after_half(curve, halfway),
         "final_return": curve[-1][2] if curve else float("nan"), "env_steps_per_s": steps / seconds if seconds else 0.0,
-        "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"),
+        "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"), "config_file": result.get("config_file"),
         "curve": curve,
     }  # fmt: skip
 
 
-def run(contenders: list[str], seeds: list[int], target: float = 475.0, budget_s: float = 120.0,
-        overrides: dict | None = None, out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
-    """Every contender × seed in a fresh process; print the table and ratios; write JSON/CSV (and PNG)."""
+def run(contenders: list[str] | None, seeds: list[int], target: float | None = None, budget_s: float = 120.0,
+        overrides: dict | None = None, out_dir: str = "bench_results", plot: bool = False, task: str = DEFAULT_TASK,
+        device_config: str | None = None) -> list[dict]:  # fmt: skip
+    """Every contender × seed of ``task`` in a fresh process; print the table and ratios; write
+    JSON/CSV (and PNG) as ``training`` (CartPole PPO) or ``training_<task>``."""
+    the_task = _task(task)
+    contenders = list(the_task.contenders) if not contenders else contenders
+    unknown = [c for c in contenders if c not in the_task.contenders]
+    if unknown:
+        raise ValueError(f"task {task!r} has no contender {', '.join(map(repr, unknown))}: its contenders are {', '.join(the_task.contenders)}")
+    for contender in contenders:  # every experiment file there, before the first run
+        if contender != "sb3":
+            _experiment_file(the_task, contender, device_config)
+    target = the_task.target if target is None else target
     runs = []
     for contender in contenders:
         for seed in seeds:
-            print(f"  {CONTENDERS[contender]:<40} seed {seed} ...", end="", file=sys.stderr, flush=True)
-            result = _run_in_subprocess(contender, seed, target, budget_s, (overrides or {}).get(contender, {}))
-            runs.append(_run_row(contender, seed, budget_s, target, result))
-            write_results([{k: v for k, v in r.items() if k != "curve"} for r in runs], out_dir, "training.partial", {"curves": runs})
+            print(f"  {the_task.contenders[contender]:<40} seed {seed} ...", end="", file=sys.stderr, flush=True)
+            result = _run_in_subprocess(the_task, contender, seed, target, budget_s, (overrides or {}).get(contender, {}), device_config)
+            runs.append(_run_row(contender, seed, budget_s, target, the_task.halfway(target), result))
+            write_results([{k: v for k, v in r.items() if k != "curve"} for r in runs], out_dir, f"{the_task.results_name}.partial", {"curves": runs})
             r = runs[-1]
             reached = f"{r['time_to_target_s']:.1f} s" if r["time_to_target_s"] is not None else f"not in {budget_s:g} s"
             print(f" return {r['final_return']:.0f}, target {reached}", file=sys.stderr)
-    rows = summarise(runs, target)
-    print(summary_text(rows, target))
+    rows = summarise(runs, target, the_task)
+    print(summary_text(rows, target, the_task))
     flat = [{k: v for k, v in r.items() if k != "curve"} for r in runs]
-    meta = {"target": target, "budget_s": budget_s, "seeds": seeds, "summary": rows, "curves": runs}
-    report(flat, out_dir, "training", meta, plot=(lambda: plot_curves(runs, target, out_dir)) if plot else None)
+    meta = {"task": the_task.name, "target": target, "budget_s": budget_s, "seeds": seeds, "summary": rows, "curves": runs}
+    plotter = (lambda: plot_curves(runs, target, out_dir, the_task)) if plot else None
+    report(flat, out_dir, the_task.results_name, meta, plot=plotter)
     return rows
 
 
-def summary_text(rows: list[dict], target: float) -> str:
+def _task(name: str) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}: the tasks are {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TASK]) -> str:
     """The table (time and env steps to the target side by side, instability) and the device path's ratios."""
-    half = f"{target / 2:g}"
+    half = f"{task.halfway(target):g}"
     headers = ["contender", "reached", f"median s to {target:g}", f"median env steps to {target:g}",
                f"lowest return after {half}: median (worst seed)", "best return", "training env-steps/s",
                "sampling env-steps/s", "build s"]  # fmt: skip
     table = [[r["contender"], r["reached"], r["median_time_to_target_s"], r["median_steps_to_target"], _instability(r),
               r["best_return"], r["env_steps_per_s"], r["sampling_env_steps_per_s"], r["build_s"]] for r in rows]  # fmt: skip
-    text = (f"time and env steps to a mean return of {target:g} (last 100 episodes), median over seeds; instability: the "
-            f"lowest return after first reaching {half}\n" + format_table(headers, table))  # fmt: skip
+    text = (f"{task.name}: time and env steps to a mean return of {target:g} (last 100 episodes), median over seeds; "
+            f"instability: the lowest return after first reaching {half}\n" + format_table(headers, table))  # fmt: skip
     ours = next((r for r in rows if r["key"] == "device" and r["median_time_to_target_s"]), None)
     if ours:
         ratios = []
@@ -297,43 +402,46 @@ def _instability(row: dict) -> str:
     return f"{row['median_lowest_after_half']:.0f} ({row['worst_lowest_after_half']:.0f})"
 
 
-def plot_curves(runs: list[dict], target: float, out_dir: str) -> str:
-    """Return against wall time and against env steps, one line per run; the target and half
-    the target are labelled lines; the legend sits below the plots."""
+def plot_curves(runs: list[dict], target: float, out_dir: str, task: Task = TASKS[DEFAULT_TASK]) -> str:
+    """Return against wall time and against env steps, one line per run; the target and the
+    halfway line are labelled; the legend sits below the plots."""
     plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    colors = dict(zip(CONTENDERS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    colors = dict(zip(task.contenders, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     labelled = set()
     for r in runs:
         xs_t, xs_s, ys = zip(*r["curve"]) if r["curve"] else ((), (), ())
-        label = None if r["contender"] in labelled else CONTENDERS[r["contender"]]
+        label = None if r["contender"] in labelled else task.contenders[r["contender"]]
         labelled.add(r["contender"])
         axes[0].plot(xs_t, ys, color=colors[r["contender"]], label=label, alpha=0.8)
         axes[1].plot(xs_s, ys, color=colors[r["contender"]], alpha=0.8)
+    halfway = task.halfway(target)
     for i, (ax, xlabel) in enumerate(zip(axes, ["wall-clock seconds (training)", "env steps"])):
         ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target: {target:g}" if i == 0 else None)
-        ax.axhline(target / 2, color="grey", linestyle=":", linewidth=1,
-                   label=f"half the target ({target / 2:g}): instability is the lowest return after it" if i == 0 else None)  # fmt: skip
+        ax.axhline(halfway, color="grey", linestyle=":", linewidth=1,
+                   label=f"halfway to the target ({halfway:g}): instability is the lowest return after it" if i == 0 else None)  # fmt: skip
         ax.set(xlabel=xlabel, ylabel="mean return (last 100 episodes)", xscale="log")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_title("Return vs wall time (one line per seed)")
+    axes[0].set_title(f"{task.name}: return vs wall time (one line per seed)")
     axes[1].set_title("Return vs env steps")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
-    return save_figure(fig, out_dir, "training")
+    return save_figure(fig, out_dir, task.results_name)
 
 
 def main(argv: list[str] | None = None) -> None:
     """The child process: one run, written as JSON."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--one", choices=list(CONTENDERS), required=True)
+    parser.add_argument("--task", choices=list(TASKS), default=DEFAULT_TASK)
+    parser.add_argument("--one", choices=list(ALL_CONTENDERS), required=True)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--target", type=float, required=True)
     parser.add_argument("--budget", type=float, default=120.0)
     parser.add_argument("--overrides", type=json.loads, default={})
+    parser.add_argument("--device-config")
     parser.add_argument("--write", required=True)
     args = parser.parse_args(argv)
-    result = run_one(args.one, args.seed, args.target, args.budget, args.overrides)
+    result = run_one(TASKS[args.task], args.one, args.seed, args.target, args.budget, args.overrides, args.device_config)
     with open(args.write, "w") as f:
         json.dump(result, f)
 
