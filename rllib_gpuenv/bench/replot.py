@@ -1,6 +1,6 @@
 """Draw the plots and print the tables of recorded benchmark results again, from their JSON.
 
-    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training(_<task>), breakdown, workload found there
+    python -m rllib_gpuenv.bench.replot benchmarks/     # scaling, training, breakdown (and their variants), workload
 
 A change to how results are shown (a labelled line, a legend moved, a new column computed from
 the recorded curves) then reaches the committed figures without rerunning the benchmarks.
@@ -14,14 +14,14 @@ import os
 from typing import Callable
 
 
-def _scaling(result: dict, out_dir: str) -> tuple[str, str]:
+def _scaling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import throughput
 
     rows = result["rows"]
     return throughput.summary(rows), throughput.plot_scaling(rows, out_dir, "scaling", result["meta"].get("turning_points"))
 
 
-def _training(result: dict, out_dir: str) -> tuple[str, str]:
+def _training(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import training
 
     meta = result["meta"]
@@ -29,39 +29,41 @@ def _training(result: dict, out_dir: str) -> tuple[str, str]:
     return training.summary_text(training.summarise(runs, target, task), target, task), training.plot_curves(runs, target, out_dir, task)
 
 
-def _breakdown(result: dict, out_dir: str) -> tuple[str, str]:
+def _breakdown(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import breakdown
 
     rows = result["rows"]
-    return breakdown.table(rows), breakdown.plot_breakdown(rows, out_dir)
+    return breakdown.table(rows), breakdown.plot_breakdown(rows, out_dir, name)
 
 
-def _workload(result: dict, out_dir: str) -> tuple[str, str]:
+def _workload(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import workload
 
     rows = result["rows"]
     return workload.summary(rows), workload.plot_workload(rows, out_dir)
 
 
-REPLOTS: dict[str, Callable[[dict, str], tuple[str, str]]] = {
+REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "scaling": _scaling, "training": _training, "breakdown": _breakdown, "workload": _workload,
 }  # fmt: skip
+# Results written under more than one name: training_<task>, breakdown_<algo>_<env>.
+VARIANTS = ("training", "breakdown")
 
 
 def replot(folder: str, out_dir: str | None = None) -> list[str]:
-    """Every known ``<name>.json`` (and each training task's ``training_<task>.json``) in ``folder``: print its table, write its PNG to ``out_dir`` (default: the same folder);
+    """Every known ``<name>.json`` (and ``training_<task>.json``, ``breakdown_<algo>_<env>.json``) in ``folder``: print its table, write its PNG to ``out_dir`` (default: the same folder);
     return the plots' paths."""
     out_dir = out_dir or folder
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for name in sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json")):
-        draw = REPLOTS.get(name) or (_training if name.startswith("training_") else None)
+        draw = REPLOTS.get(name) or next((REPLOTS[v] for v in VARIANTS if name.startswith(f"{v}_")), None)
         if draw is None:
             continue
         path = os.path.join(folder, f"{name}.json")
         with open(path) as f:
             result = json.load(f)
-        text, plot = draw(result, out_dir)
+        text, plot = draw(result, out_dir, name)
         print(f"== {name} ({path})\n{text}\nplot: {plot}\n")
         written.append(plot)
     if not written:
