@@ -110,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     wl.add_argument("--substeps", default="1,4,16,64", help="substeps values")
     wl.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
     tr = benchmark("training", "reward vs wall time, side by side: our device path, stock RLlib, SB3 (PPO or DQN)", _bench_training)
-    tr.add_argument("--task", choices=["cartpole-ppo", "pendulum-ppo", "cartpole-dqn"], default="cartpole-ppo",
+    from rllib_gpuenv.bench.training import DEFAULT_TASK, TASKS
+
+    tr.add_argument("--task", choices=list(TASKS), default=DEFAULT_TASK,
                     help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475")
     tr.add_argument("--contenders", nargs="*", help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
                     "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3")
