@@ -63,7 +63,11 @@ def _bench_training(args) -> None:
 def _bench_breakdown(args) -> None:
     from rllib_gpuenv.bench import breakdown
 
-    breakdown.run(args.num_envs, args.rollout_length, args.iterations, device=args.device, out_dir=args.out, plot=args.plot)
+    try:
+        breakdown.run(args.num_envs, args.rollout_length, args.iterations, device=args.device, out_dir=args.out, plot=args.plot,
+                      algo=args.algo, env=args.env, config_file=args.device_config)  # fmt: skip
+    except (ValueError, FileNotFoundError) as err:  # an algorithm or env it does not know, a missing experiment file
+        raise SystemExit(f"rllib-gpuenv bench breakdown: error: {err}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     wl.add_argument("--substeps", default="1,4,16,64", help="substeps values")
     wl.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
     tr = benchmark("training", "reward vs wall time, side by side: our device path, stock RLlib, SB3 (PPO or DQN)", _bench_training)
-    tr.add_argument("--task", choices=["cartpole-ppo", "pendulum-ppo", "cartpole-dqn"], default="cartpole-ppo",
+    from rllib_gpuenv.bench.training import DEFAULT_TASK, TASKS
+
+    tr.add_argument("--task", choices=list(TASKS), default=DEFAULT_TASK,
                     help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475")
     tr.add_argument("--contenders", nargs="*", help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
                     "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3")
@@ -115,7 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--budget", type=float, default=90.0, help="seconds of training per run before giving up")
     tr.add_argument("--device-config", metavar="PATH",
                     help="the device contender's experiment file (default: the task's shipped one, e.g. configs/gpu_cartpole_dqn.yaml)")
-    bd = benchmark("breakdown", "where the time of a PPO iteration goes, device path vs stock runner", _bench_breakdown)
+    bd = benchmark("breakdown", "where the time of a training iteration goes, device path (vs stock runner for PPO)", _bench_breakdown)
+    bd.add_argument("--algo", choices=["DevicePPO", "DeviceDQN"], default="DevicePPO", help="the device path's algorithm (default: %(default)s)")
+    bd.add_argument("--env", default="GPUCartPole-v1", help="an env of the suite, e.g. GPUPendulum-v1 (default: %(default)s)")
+    bd.add_argument("--device-config", metavar="PATH",
+                    help="the device path's experiment file (default: the algorithm's shipped one, gpu_pendulum_ppo.yaml for Pendulum PPO)")
     bd.add_argument("--num-envs", type=int, default=128)
     bd.add_argument("--rollout-length", type=int, default=32)
     bd.add_argument("--iterations", type=int, default=5)

@@ -21,6 +21,24 @@ def bench(tmp_path, *args, env=None, timeout=600) -> subprocess.CompletedProcess
     return out
 
 
+def tiny_dqn_file(tmp_path) -> pathlib.Path:
+    """DeviceDQN settings small enough for a smoke test (12 envs x 4 steps per round)."""
+    path = tmp_path / "dqn.yaml"
+    path.write_text(textwrap.dedent("""
+        tiny-dqn:
+          run: DeviceDQN
+          env: GPUCartPole-v1
+          stop: {training_iteration: 5}
+          config:
+            num_envs_per_env_runner: 12
+            device_rollouts: {rollout_length: 4}
+            train_batch_size_per_learner: 64
+            num_steps_sampled_before_learning_starts: 128
+            replay_buffer_config: {capacity: 5000}
+    """))
+    return path
+
+
 def outputs(tmp_path, name):
     for ext in ("json", "csv", "png"):
         assert (tmp_path / f"{name}.{ext}").stat().st_size > 0, ext
@@ -84,19 +102,7 @@ def test_training_curves_pendulum_ppo(tmp_path):
 
 def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp_path):
     """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml), stock RLlib DQN, SB3."""
-    settings = tmp_path / "dqn.yaml"
-    settings.write_text(textwrap.dedent("""
-        tiny-dqn:
-          run: DeviceDQN
-          env: GPUCartPole-v1
-          stop: {training_iteration: 5}
-          config:
-            num_envs_per_env_runner: 12
-            device_rollouts: {rollout_length: 4}
-            train_batch_size_per_learner: 64
-            num_steps_sampled_before_learning_starts: 128
-            replay_buffer_config: {capacity: 5000}
-    """))
+    settings = tiny_dqn_file(tmp_path)
     out_dir = tmp_path / "out"
     out = bench(out_dir, "training", "--task", "cartpole-dqn", "--seeds", "0", "--target", "25", "--budget", "4",
                 "--device-config", str(settings))  # fmt: skip
@@ -137,3 +143,25 @@ def test_breakdown(tmp_path):
         parts = [v for k, v in r.items() if k.startswith("s_")]
         assert len(parts) == 8 and all(v >= 0 for v in parts) and r["s_env stepping"] > 0 and r["s_learner update"] > 0
         assert sum(parts) == pytest.approx(r["seconds_per_iteration"], rel=1e-9)
+
+
+def test_breakdown_of_pendulum_ppo(tmp_path):
+    """Another env, a Box action space: both setups on GPUPendulum-v1 (the device path with its own settings file)."""
+    out = bench(tmp_path, "breakdown", "--env", "GPUPendulum-v1", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1")
+    assert "one DevicePPO iteration on GPUPendulum-v1" in out.stdout
+    rows = outputs(tmp_path, "breakdown_DevicePPO_GPUPendulum-v1")["rows"]
+    assert [r["setup"] for r in rows] == ["ours: device path (DevicePPO, GPUPendulum-v1)", "RLlib stock runner, our env (GPUPendulum-v1)"]
+    for r in rows:
+        assert r["s_env stepping"] > 0 and sum(v for k, v in r.items() if k.startswith("s_")) == pytest.approx(r["seconds_per_iteration"], rel=1e-9)
+
+
+def test_breakdown_of_device_dqn(tmp_path):
+    """DQN's iteration: its training data (n-step transitions, replay buffer) is a part of its own."""
+    out = bench(tmp_path, "breakdown", "--algo", "DeviceDQN", "--device-config", str(tiny_dqn_file(tmp_path)),
+                "--num-envs", "16", "--rollout-length", "8", "--iterations", "2")  # fmt: skip
+    assert "training data: GAE (PPO), n-step + replay buffer (DQN)" in out.stdout
+    (row,) = outputs(tmp_path, "breakdown_DeviceDQN_GPUCartPole-v1")["rows"]
+    # one train() call: as many rounds of 16 envs x 8 steps as RLlib's DQN samples per iteration
+    assert row["setup"] == "ours: device path (DeviceDQN, GPUCartPole-v1)" and row["env_steps_per_iteration"] % (16 * 8) == 0
+    assert row["s_advantages (GAE)"] > 0 and row["s_learner update"] > 0 and row["s_env stepping"] > 0
+    assert sum(v for k, v in row.items() if k.startswith("s_")) == pytest.approx(row["seconds_per_iteration"], rel=1e-9)

@@ -1,7 +1,9 @@
 """Where the time of a training iteration goes (beyond the CS267 paper's figure 8).
 
-Two setups of the same PPO iteration on GPUCartPole-v1, side by side: the device path
-(``DeviceEnvRunner``) and RLlib's stock env runner on the same env.
+Two setups of the same PPO iteration on GPUCartPole-v1 (``--env`` another env of the suite),
+side by side: the device path (``DeviceEnvRunner``) and RLlib's stock env runner on the same
+env. ``--algo DeviceDQN`` breaks down the device path's DQN iteration (sampling, its n-step
+transitions and replay buffer, the update, the weight sync) on its own.
 
 **The parts partition the iteration.** During the measured ``algo.train()`` calls, the phases
 of each training step (sampling, the learner update, the weight sync, and on the stock runner
@@ -26,6 +28,7 @@ during the training iterations: the answer to "my GPU is at 2%".
 from __future__ import annotations
 
 import collections
+import statistics
 import sys
 import threading
 import time
@@ -34,6 +37,8 @@ import torch
 
 from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, synchronize
 
+# How the table and the plot name a part where the key alone would mislead.
+LABELS = {"advantages (GAE)": "training data: GAE (PPO), n-step + replay buffer (DQN)"}
 PARTS = ["env stepping", "policy inference", "host<->device + connectors", "advantages (GAE)",
          "rest of sampling (rollout loop, episodes)", "learner update", "weight sync", "other (results, metrics)"]  # fmt: skip
 
@@ -61,9 +66,17 @@ class PhaseClock:
     def __init__(self, device):
         self.device = device
         self.seconds: dict[str, float] = collections.defaultdict(float)
+        self._wrapped: list[tuple] = []
+
+    def unwrap(self) -> None:
+        """Put back what ``wrap`` replaced (a module's function, not only an object's method)."""
+        for owner, name, original in reversed(self._wrapped):
+            setattr(owner, name, original)
+        self._wrapped.clear()
 
     def wrap(self, owner, name: str, phase: str) -> None:
         method = getattr(owner, name)
+        self._wrapped.append((owner, name, method))
 
         def timed(*args, **kwargs):
             synchronize(self.device)
@@ -144,66 +157,122 @@ def _split(whole: float, pieces: dict[str, float]) -> tuple[dict[str, float], fl
     return scaled, max(0.0, whole - sum(scaled.values())), scale
 
 
-def device_path(device: str | None, num_envs: int, rollout_length: int, iterations: int) -> dict:
-    from rllib_gpuenv.rllib.ppo import rollout_batch
-    from rllib_gpuenv.train import cartpole_config
+# The device path's settings per algorithm (a ``configs/`` file), with the env the run asks for;
+# an algorithm and env with a file of their own use it (Pendulum's PPO).
+DEVICE_CONFIG_FILES = {("DevicePPO", "GPUPendulum-v1"): "gpu_pendulum_ppo.yaml", "DevicePPO": "gpu_cartpole_ppo.yaml",
+                       "DeviceDQN": "gpu_cartpole_dqn.yaml"}  # fmt: skip
+DEFAULT_ENV = "GPUCartPole-v1"
 
-    config = cartpole_config(device=device, seed=0).env_runners(num_envs_per_env_runner=num_envs)
+
+def device_config(algo: str, env: str, device: str | None, num_envs: int, rollout_length: int, config_file: str | None = None):
+    """The device path's config: ``config_file`` (default: the algorithm's shipped file) on
+    ``env``, with the breakdown's shapes and device."""
+    from rllib_gpuenv.config_files import config_file as shipped
+    from rllib_gpuenv.train import load_config
+
+    if config_file is None:
+        name = DEVICE_CONFIG_FILES.get((algo, env)) or DEVICE_CONFIG_FILES.get(algo)
+        if name is None:
+            raise ValueError(f"--algo {algo}: the breakdown knows {', '.join(k for k in DEVICE_CONFIG_FILES if isinstance(k, str))}")
+        config_file = shipped(name)
+    experiment = load_config(config_file, device=device, seed=0)
+    if experiment.config.algo_class.__name__ != algo:
+        raise ValueError(f"{config_file}: runs {experiment.config.algo_class.__name__}, not {algo}")
+    config = experiment.config.environment(env).env_runners(num_envs_per_env_runner=num_envs)
     config.device_rollouts(rollout_length=rollout_length)
-    config.training(minibatch_size=min(config.minibatch_size, num_envs * rollout_length))
+    if algo == "DevicePPO":
+        config.training(minibatch_size=min(config.minibatch_size, num_envs * rollout_length))
+    return config
+
+
+def device_path(config, iterations: int) -> dict:
+    """One row: the device path's iteration in parts. PPO's training data is its advantages
+    (values + GAE on the learner, part of its update); DQN's is its n-step transitions and
+    the replay buffer's adds and draws (between sampling and the update)."""
+    from rllib_gpuenv.rllib import dqn
+    from rllib_gpuenv.rllib.ppo import DevicePPO, rollout_batch
+
     algo = config.build_algo()
+    is_ppo = isinstance(algo, DevicePPO)
+    num_envs, T = config.num_envs_per_env_runner, config.rollout_length
     try:
-        runner, T = algo.env_runner, config.rollout_length
+        runner = algo.env_runner
         dev = runner._device
         learner = algo.learner_group._learner
         learner_device = learner._device
         clock = PhaseClock(dev)
-        clock.wrap(runner, "sample", "sampling")  # DevicePPO.training_step's three phases
+        clock.wrap(runner, "sample", "sampling")  # the training step's phases
         clock.wrap(runner, "get_metrics", "sampling")
-        clock.wrap(algo, "update_learners", "update")
         clock.wrap(algo.env_runner_group, "sync_weights", "sync")
-        algo.train()  # warm-up (compilation, allocations)
-        seconds, phases, results, gpu = _train(algo, iterations, clock)
+        if is_ppo:
+            clock.wrap(algo, "update_learners", "update")
+        else:
+            clock.wrap(algo.learner_group, "update", "update")
+            clock.wrap(dqn, "n_step_transitions", "training data")
+        try:
+            algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)
+            if not is_ppo:
+                clock.wrap(algo._device_buffer, "add", "training data")
+                clock.wrap(algo._device_buffer, "sample", "training data")
+            seconds, phases, results, gpu = _train(algo, iterations, clock)
+        finally:
+            clock.unwrap()  # dqn.n_step_transitions is the module's own function again
 
         # The sampling phase's pieces, each timed in isolation with the iteration's shapes.
         obs, _ = runner.env.reset(seed=0)
-        actions = torch.randint(0, 2, (T, num_envs), device=dev)
+        with torch.no_grad():
+            actions = runner._actions_for_env(runner._act(obs, True, 0)[0])  # what the env gets: any action space
 
         def stepping():
-            for t in range(T):
-                runner.env.step(actions[t])
+            for _ in range(T):
+                runner.env.step(actions)
 
         @torch.no_grad()
         def inference():
             for _ in range(T):
                 runner._act(obs, True, 0)
 
+        # An iteration (one train()) samples one rollout for PPO, several for DQN (RLlib's
+        # min_sample_timesteps_per_iteration): the pieces count as many rollouts.
+        steps = statistics.fmean(r["env_runners"]["num_env_steps_sampled"] for r in results)
+        rollouts = steps / (num_envs * T)
         sampling, sampling_rest, sampling_scale = _split(phases["sampling"], {
-            "env stepping": _timed(stepping, dev),
-            "policy inference": _timed(inference, dev),
+            "env stepping": _timed(stepping, dev) * rollouts,
+            "policy inference": _timed(inference, dev) * rollouts,
         })  # fmt: skip
-        # The update phase's pieces: the rollout crossing to the learner's device (where it is
-        # another one), and the critic's values and GAE the learner computes before RLlib's update.
-        rollout = runner.sample()
-        pieces = {"advantages (values + GAE)": _timed(lambda: learner._with_advantages(rollout_batch(rollout), T), learner_device)}
-        if torch.device(learner_device) != dev:
-            pieces["host<->device + connectors"] = _timed(lambda: rollout.to(learner_device), dev)
-        update, update_rest, update_scale = _split(phases["update"], pieces)
+        if is_ppo:
+            # The update phase's pieces: the rollout crossing to the learner's device (where it is
+            # another one), and the critic's values and GAE the learner computes before RLlib's update.
+            rollout = runner.sample()
+            pieces = {"advantages (values + GAE)": _timed(lambda: learner._with_advantages(rollout_batch(rollout), T), learner_device)}
+            if torch.device(learner_device) != dev:
+                pieces["host<->device + connectors"] = _timed(lambda: rollout.to(learner_device), dev)
+            update, update_rest, update_scale = _split(phases["update"], pieces)
+            training_data, copies = update["advantages (values + GAE)"], update.get("host<->device + connectors", 0.0)
+        else:
+            update_rest, update_scale, copies = phases.get("update", 0.0), 1.0, 0.0
+            training_data = phases.get("training data", 0.0)
         parts = {
             **sampling,
             "rest of sampling (rollout loop, episodes)": sampling_rest,
-            "host<->device + connectors": update.get("host<->device + connectors", 0.0),
-            "advantages (GAE)": update["advantages (values + GAE)"],
+            "host<->device + connectors": copies,
+            "advantages (GAE)": training_data,
             "learner update": update_rest,
             "weight sync": phases["sync"],
         }
         scales = {"sampling": sampling_scale, "update": update_scale}
-        return _row("ours: device path", str(dev), str(learner_device), num_envs * T, seconds, parts, scales, gpu)
+        name, env = type(algo).__name__, _env_name(config.env)
+        setup = "ours: device path" + ("" if (name, env) == ("DevicePPO", DEFAULT_ENV) else f" ({name}, {env})")
+        return _row(setup, str(dev), str(learner_device), round(steps), seconds, parts, scales, gpu)
     finally:
         algo.stop()
 
 
-def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
+def _env_name(env) -> str:
+    return str(env).split(":", 1)[-1]
+
+
+def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str = DEFAULT_ENV) -> dict:
     from ray.rllib.callbacks.callbacks import RLlibCallback
     from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
@@ -215,7 +284,7 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
     (experiment,) = load_experiments(config_file("gpu_cartpole_stock_runner.yaml"))
     steps = num_envs * rollout_length
     learning = cartpole_config()  # the same PPO update as the device path
-    config = experiment.config.env_runners(num_envs_per_env_runner=num_envs).training(
+    config = experiment.config.environment(f"rllib_gpuenv:{env}").env_runners(num_envs_per_env_runner=num_envs).training(
         train_batch_size_per_learner=steps, minibatch_size=min(steps, learning.minibatch_size), num_epochs=learning.num_epochs
     )
     # RLlib's runner as it ships: without the config file's episode-copy callback (which only
@@ -262,7 +331,8 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int) -> dict:
             "weight sync": phases["sync"],
         }
         device = "cuda" if torch.cuda.is_available() and config.num_gpus_per_learner else "cpu"
-        return _row("RLlib stock runner, our env", "cpu (numpy)", device, steps, seconds, parts, {"sampling": sampling_scale}, gpu)
+        setup = "RLlib stock runner, our env" + ("" if env == DEFAULT_ENV else f" ({env})")
+        return _row(setup, "cpu (numpy)", device, steps, seconds, parts, {"sampling": sampling_scale}, gpu)
     finally:
         algo.stop()
 
@@ -292,26 +362,32 @@ def _row(setup, runner_device, learner_device, steps, seconds, parts, scales, gp
 
 
 def run(num_envs: int = 128, rollout_length: int = 32, iterations: int = 5, device: str | None = None,
-        out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
+        out_dir: str = "bench_results", plot: bool = False, algo: str = "DevicePPO", env: str = DEFAULT_ENV,
+        config_file: str | None = None) -> list[dict]:  # fmt: skip
+    """The device path's iteration in parts, and for PPO RLlib's stock runner's beside it (its
+    DQN has another training step, with RLlib's episode replay buffer: not compared here)."""
     import ray
 
+    config = device_config(algo, env, device, num_envs, rollout_length, config_file)  # a bad name fails before Ray starts
     # A Ray of its own (address="local"), not a cluster someone else started on this machine.
     ray.init(address="local", ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     print("  device path ...", file=sys.stderr, flush=True)
-    rows = [device_path(device, num_envs, rollout_length, iterations)]
-    print("  stock runner ...", file=sys.stderr, flush=True)
-    rows.append(stock_runner(num_envs, rollout_length, iterations))
-    print(f"one PPO iteration of {rows[0]['env_steps_per_iteration']:,} env steps ({num_envs} envs x {rollout_length} steps)\n"
+    rows = [device_path(config, iterations)]
+    if algo == "DevicePPO":
+        print("  stock runner ...", file=sys.stderr, flush=True)
+        rows.append(stock_runner(num_envs, rollout_length, iterations, env))
+    print(f"one {algo} iteration on {env} of {rows[0]['env_steps_per_iteration']:,} env steps (rollouts of {num_envs} envs x {rollout_length} steps)\n"
           + table(rows))  # fmt: skip
-    meta = {"num_envs": num_envs, "rollout_length": rollout_length, "iterations": iterations}
-    report(rows, out_dir, "breakdown", meta, plot=(lambda: plot_breakdown(rows, out_dir)) if plot else None)
+    meta = {"algo": algo, "env": env, "num_envs": num_envs, "rollout_length": rollout_length, "iterations": iterations}
+    name = "breakdown" if (algo, env) == ("DevicePPO", DEFAULT_ENV) else f"breakdown_{algo}_{env}"
+    report(rows, out_dir, name, meta, plot=(lambda: plot_breakdown(rows, out_dir, name)) if plot else None)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     """The parts in ms and % of the iteration (they sum to it), the iteration, and how sampling was split."""
     headers = ["part"] + [r["setup"] for r in rows]
-    lines = [[p] + [f"{r[f's_{p}'] * 1e3:.1f} ms ({100 * r[f's_{p}'] / r['seconds_per_iteration']:.0f}%)" for r in rows] for p in PARTS]
+    lines = [[LABELS.get(p, p)] + [f"{r[f's_{p}'] * 1e3:.1f} ms ({100 * r[f's_{p}'] / r['seconds_per_iteration']:.0f}%)" for r in rows] for p in PARTS]
     lines += [["iteration (sum of the parts)", *(f"{r['seconds_per_iteration'] * 1e3:.1f} ms" for r in rows)],
               ["env-steps/s", *(f"{r['env_steps_per_s']:,.0f}" for r in rows)],
               ["devices (runner / learner)", *(f"{r['runner_device']} / {r['learner_device']}" for r in rows)],
@@ -320,7 +396,7 @@ def table(rows: list[dict]) -> str:
     return format_table(headers, lines)
 
 
-def plot_breakdown(rows: list[dict], out_dir: str) -> str:
+def plot_breakdown(rows: list[dict], out_dir: str, name: str = "breakdown") -> str:
     """Stacked bars of the table's parts (they sum to the iteration), legend beside the bars."""
     plt = pyplot()
 
@@ -329,11 +405,11 @@ def plot_breakdown(rows: list[dict], out_dir: str) -> str:
     left = [0.0] * len(rows)
     for p in PARTS:
         widths = [r[f"s_{p}"] * 1e3 for r in rows][::-1]
-        ax.barh(setups, widths, left=left, label=p)
+        ax.barh(setups, widths, left=left, label=LABELS.get(p, p))
         left = [a + b for a, b in zip(left, widths)]
     for y, r in enumerate(rows[::-1]):
         ax.text(r["seconds_per_iteration"] * 1e3, y, f"  {r['seconds_per_iteration'] * 1e3:.0f} ms", va="center", fontsize=9)
     ax.set_xlim(0, max(r["seconds_per_iteration"] for r in rows) * 1e3 * 1.15)
-    ax.set(xlabel="ms per training iteration (the parts sum to the iteration)", title="Where the time of a PPO iteration goes")
+    ax.set(xlabel="ms per training iteration (the parts sum to the iteration)", title="Where the time of a training iteration goes")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return save_figure(fig, out_dir, "breakdown")
+    return save_figure(fig, out_dir, name)

@@ -19,14 +19,14 @@ import tempfile
 from typing import Callable
 
 
-def _scaling(result: dict, out_dir: str) -> tuple[str, str]:
+def _scaling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import throughput
 
     rows = result["rows"]
     return throughput.summary(rows), throughput.plot_scaling(rows, out_dir, "scaling", result["meta"].get("turning_points"))
 
 
-def _training(result: dict, out_dir: str) -> tuple[str, str]:
+def _training(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import training
 
     meta = result["meta"]
@@ -34,21 +34,21 @@ def _training(result: dict, out_dir: str) -> tuple[str, str]:
     return training.summary_text(training.summarise(runs, target, task), target, task), training.plot_curves(runs, target, out_dir, task)
 
 
-def _breakdown(result: dict, out_dir: str) -> tuple[str, str]:
+def _breakdown(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import breakdown
 
     rows = result["rows"]
-    return breakdown.table(rows), breakdown.plot_breakdown(rows, out_dir)
+    return breakdown.table(rows), breakdown.plot_breakdown(rows, out_dir, name)
 
 
-def _workload(result: dict, out_dir: str) -> tuple[str, str]:
+def _workload(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import workload
 
     rows = result["rows"]
     return workload.summary(rows), workload.plot_workload(rows, out_dir)
 
 
-REPLOTS: dict[str, Callable[[dict, str], tuple[str, str]]] = {
+REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "scaling": _scaling, "training": _training, "breakdown": _breakdown, "workload": _workload,
 }  # fmt: skip
 
@@ -69,7 +69,7 @@ def replot(folder: str, out_dir: str | None = None) -> list[str]:
         with open(path) as f:
             result = json.load(f)
         with tempfile.TemporaryDirectory() as scratch:  # each kind draws <kind>.png; this result's is <name>.png
-            text, drawn = REPLOTS[kind](result, scratch)
+            text, drawn = REPLOTS[kind](result, scratch, name)
             plot = os.path.join(out_dir, f"{name}.png")
             shutil.move(drawn, plot)
         print(f"== {name} ({path})\n{text}\nplot: {plot}\n")
