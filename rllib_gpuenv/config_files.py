@@ -37,3 +37,17 @@ def config_file(name: str) -> Path:
     if not resource.is_file():
         raise FileNotFoundError(f"{name!r} is not an experiment file shipped with {PACKAGE}; they are: {', '.join(config_names())}")
     return _extracted.enter_context(resources.as_file(resource))
+
+
+def shipped_settings(algo: str, env: str) -> tuple[str, dict] | None:
+    """``(file name, config)`` of the shipped experiment that runs ``algo`` on ``env``, if one
+    does: ``rllib train --algo DevicePPO --env GPUPendulum-v1`` starts from its tuned settings
+    rather than from the algorithm's generic defaults (PPO's lr 5e-5 barely moves Pendulum)."""
+    import yaml
+
+    for name in config_names():
+        experiments = yaml.safe_load(_folder().joinpath(name).read_text()) or {}
+        for spec in experiments.values():
+            if isinstance(spec, dict) and spec.get("run") == algo and spec.get("env") == env:
+                return name, dict(spec.get("config") or {})
+    return None

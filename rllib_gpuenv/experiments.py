@@ -430,8 +430,15 @@ def _python_experiment(path: str, config_overrides=None, stop_overrides=None, al
 def inline_experiment(
     algo: str, env: str, config: dict | None = None, stop: dict | None = None, name: str | None = None, *, allow_no_stop: bool = False,
 ) -> Experiment:  # fmt: skip
-    """What ``rllib train --algo X --env Y --config {...} --stop {...}`` runs."""
-    spec = {"run": algo, "env": env, "config": config or {}, "stop": stop or {}}
+    """What ``rllib train --algo X --env Y --config {...} --stop {...}`` runs: the shipped
+    experiment's settings for this algorithm and env when there is one (``--config`` on top),
+    the algorithm's defaults otherwise (always for RLlib's own algorithms, as RLlib's CLI did)."""
+    from rllib_gpuenv.config_files import shipped_settings
+
+    shipped = shipped_settings(algo, env) if algo.startswith("Device") else None
+    if shipped is not None:
+        logger.info("%s on %s: starting from the settings of the shipped %s (--config overrides them)", algo, env, shipped[0])
+    spec = {"run": algo, "env": env, "config": {**(shipped[1] if shipped else {}), **(config or {})}, "stop": stop or {}}
     default_name = f"{algo}_{env}".replace(":", "_").replace("/", "_").replace("\\", "_")
     return experiment_from_spec(name or default_name, spec, "<command line>", allow_no_stop=allow_no_stop)
 

@@ -379,3 +379,18 @@ def test_old_tuned_example_files(tmp_path):
     for path in files:
         for experiment in load_experiments(path):
             assert_every_reported_metric_is_a_known_stop_metric(tmp_path / experiment.name, experiment.config)
+
+
+def test_algo_and_env_start_from_the_shipped_settings_for_that_pair():
+    """`--algo DevicePPO --env GPUPendulum-v1` starts from configs/gpu_pendulum_ppo.yaml (PPO's
+    generic lr 5e-5 barely moves Pendulum); --config overrides it; RLlib's own algorithms keep
+    their defaults, as RLlib's CLI did."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rllib_gpuenv.experiments import inline_experiment
+
+    pendulum = inline_experiment("DevicePPO", "GPUPendulum-v1", {"num_epochs": 3}, {"training_iteration": 1})
+    assert (pendulum.config.lr, pendulum.config.gamma, pendulum.config.num_envs_per_env_runner) == (0.002, 0.9, 64)
+    assert pendulum.config.num_epochs == 3
+    stock = inline_experiment("PPO", "GPUCartPole-v1", None, {"training_iteration": 1})
+    assert stock.config.lr == PPOConfig().lr
