@@ -54,8 +54,6 @@ def test_device_dqn_solves_cartpole_on_cpu():
             if return_mean(result) >= 475:
                 break
         assert return_mean(result) >= 475, f"mean return {return_mean(result):.1f} after {iteration} iterations"
-        learner = result["learners"]["default_policy"]
-        assert learner["qf_max"] < 1 / (1 - algo.config.gamma)  # rewards of 1: no Q-value above their discounted sum
     finally:
         algo.stop()
 
