@@ -338,19 +338,34 @@ def test_train_file_with_legacy_names_runs_with_tune(tmp_path):
     assert_every_reported_metric_is_a_known_stop_metric(experiment_dir, load_experiments(path)[0].config)
 
 
-def test_stock_ppo_trains_on_our_env_by_its_plain_name(tmp_path):
-    """Issue 17's command, RLlib's default PPO (2 env runners: 3 logical CPUs)."""
+def train_two_iterations_on_our_env(tmp_path, algo: str, num_cpus: int) -> tuple[list[dict], dict]:
+    """`rllib train --algo ALGO --env GPUCartPole-v1` for two iterations: the trial's progress rows and config."""
     out = rllib(
-        "train", "--algo", "PPO", "--env", "GPUCartPole-v1", "--stop", '{"training_iteration": 2}',
-        "--storage-path", str(tmp_path), "--ray-num-cpus", "3",
+        "train", "--algo", algo, "--env", "GPUCartPole-v1", "--stop", '{"training_iteration": 2}',
+        "--storage-path", str(tmp_path), "--ray-num-cpus", str(num_cpus),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "experiment 'PPO_GPUCartPole-v1': 1 trial(s)" in out.stdout
-    (progress,) = trial_progress(tmp_path / "PPO_GPUCartPole-v1")
+    name = f"{algo}_GPUCartPole-v1"
+    assert f"experiment '{name}': 1 trial(s)" in out.stdout
+    (progress,) = trial_progress(tmp_path / name)
+    (params,) = glob.glob(str(tmp_path / name / "*" / "params.json"))
+    return progress, json.load(open(params))
+
+
+def test_stock_ppo_trains_on_our_env_by_its_plain_name(tmp_path):
+    """Issue 17's command, RLlib's default PPO (2 env runners: 3 logical CPUs)."""
+    progress, config = train_two_iterations_on_our_env(tmp_path, "PPO", num_cpus=3)
     assert len(progress) == 2 and float(progress[-1]["env_runners/num_env_steps_sampled_lifetime"]) >= 8000
-    (params,) = glob.glob(str(tmp_path / "PPO_GPUCartPole-v1" / "*" / "params.json"))
-    config = json.load(open(params))
     assert config["env"] == "rllib_gpuenv:GPUCartPole-v1" and config["gym_env_vectorize_mode"] == "vector_entry_point"
+
+
+def test_device_dqn_trains_from_the_command_line_with_its_tuned_defaults(tmp_path):
+    """`rllib train --algo DeviceDQN --env GPUCartPole-v1`: the settings of configs/gpu_cartpole_dqn.yaml."""
+    progress, config = train_two_iterations_on_our_env(tmp_path, "DeviceDQN", num_cpus=2)
+    # min_sample_timesteps_per_iteration 1000: four rounds of 16 envs x 16 steps per iteration
+    assert [int(float(row["env_runners/num_env_steps_sampled_lifetime"])) for row in progress] == [1024, 2048]
+    assert float(progress[-1]["env_runners/episode_return_mean"]) > 0
+    assert (config["n_step"], config["training_intensity"], config["target_network_update_freq"]) == (3, 8, 500)
 
 
 def test_old_tuned_example_files(tmp_path):

@@ -5,7 +5,10 @@ double Q, the n-step TD loss and target-network updates) with one change: where 
 data comes from and where it is kept. Each iteration the env runners' rollouts become n-step
 transitions (``n_step_transitions``, vectorised over the whole rollout) in a replay buffer of
 preallocated tensors on the learner's device (``DeviceReplayBuffer``); minibatches are drawn
-there, and one call of RLlib's learner update runs all of an iteration's gradient steps.
+there, and one call of RLlib's learner update runs all of a sampling round's gradient steps.
+An iteration runs rounds until it has ``min_sample_timesteps_per_iteration`` env steps, as
+RLlib's DQN does; the target network follows every ``target_network_update_freq`` env steps
+sampled, checked (by RLlib's learner) once per update call, so at most once per round.
 
 A step that ended its episode by termination does not bootstrap; a truncated one does, from
 the real final observation (NEXT_STEP autoreset keeps it, see ``rollout.py``); an n-step window
@@ -44,6 +47,7 @@ from rllib_gpuenv.rllib.sampling import sample_rollouts
 N_STEP = "n_step"
 WEIGHTS = "weights"
 REPLAY_BUFFER_STATE = "device_replay_buffer"
+SCHEDULES_STATE = "device_dqn_schedules"
 
 
 class DeviceDQNTorchLearner(FusedAdamLearnerMixin, DQNTorchLearner):
@@ -54,17 +58,32 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
     """DQN with ``DeviceEnvRunner`` and a replay buffer on the learner's device.
 
     ``replay_buffer_config["capacity"]`` sizes the buffer (transitions); ``training_intensity``
-    is, as in RLlib, the number of env steps trained per env step sampled (default: one
-    minibatch of ``train_batch_size_per_learner`` per iteration). ``checkpoint_replay_buffer``
+    is, as in RLlib, the number of env steps trained per env step sampled (None: one
+    minibatch of ``train_batch_size_per_learner`` per sampling round). ``checkpoint_replay_buffer``
     puts the buffer's transitions into checkpoints (default: only its counters, so a restored
-    run refills it before it learns again, as ``num_steps_sampled_before_learning_starts`` says).
+    run samples ``num_steps_sampled_before_learning_starts`` env steps into the empty buffer
+    before it learns again, as a new run does).
     """
 
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class or DeviceDQN)
         self._init_device_rollouts()
-        self.rollout_length = 4
         self.checkpoint_replay_buffer = False
+        # Defaults: the settings of configs/gpu_cartpole_dqn.yaml, which solve GPUCartPole-v1
+        # (a last-100 mean of 475) on a CPU; RLlib's own defaults for everything else (double Q,
+        # dueling heads, hard target updates, the Huber loss). A test keeps the two the same.
+        self.num_envs_per_env_runner = 16
+        self.rollout_length = 16  # 256 env steps per sampling round, 3 in 16 n-step windows cut short
+        self.lr = 1e-3
+        self.n_step = 3
+        self.train_batch_size_per_learner = 128
+        self.training_intensity = 8  # 16 minibatches of 128 per round of 256 env steps
+        self.target_network_update_freq = 500  # env steps: every other round, every 32 minibatches
+        self.num_steps_sampled_before_learning_starts = 1000
+        self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 10_000}  # uniform, as the device buffer samples
+        self.epsilon = [[0, 1.0], [5_000, 0.01]]
+        self.learner_device = "auto"  # the replay buffer's device too: the GPU if there is one
+        self._model_config = {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}
 
     def get_default_learner_class(self):
         return DeviceDQNTorchLearner
@@ -91,9 +110,9 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
         super().validate()
 
     @property
-    def updates_per_iteration(self) -> int:
-        """Gradient steps per iteration: ``training_intensity`` env steps trained per env step
-        sampled, in minibatches of ``train_batch_size_per_learner`` (at least one)."""
+    def updates_per_round(self) -> int:
+        """Gradient steps per sampling round: ``training_intensity`` env steps trained per env
+        step sampled, in minibatches of ``train_batch_size_per_learner`` (at least one)."""
         if not self.training_intensity:
             return 1
         return max(1, round(self.training_intensity * self.device_batch_size / self.train_batch_size_per_learner))
@@ -146,6 +165,7 @@ class DeviceDQN(ResumesExactly, ChecksResources, DQN):
         self.local_replay_buffer = None  # RLlib's episode buffer: not used, the device one is made on the first rollout
         self._device_buffer: DeviceReplayBuffer | None = None
         self._pending_buffer_state: dict | None = None
+        self._learning_starts_at = config.num_steps_sampled_before_learning_starts  # env steps sampled, lifetime
 
     def _buffer_for(self, transitions: dict[str, torch.Tensor]) -> DeviceReplayBuffer:
         if self._device_buffer is None:
@@ -172,10 +192,10 @@ class DeviceDQN(ResumesExactly, ChecksResources, DQN):
         self.metrics.log_dict({"size": buffer.size, "added_lifetime": buffer.added}, key=REPLAY_BUFFER_RESULTS, window=1)
 
         sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        if sampled < config.num_steps_sampled_before_learning_starts:
+        if sampled < self._learning_starts_at:
             return
         minibatch = config.train_batch_size_per_learner
-        batch = buffer.sample(config.updates_per_iteration * minibatch)
+        batch = buffer.sample(config.updates_per_round * minibatch)
         batch[WEIGHTS] = torch.ones(len(batch[Columns.REWARDS]), device=buffer.device)
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
@@ -193,16 +213,29 @@ class DeviceDQN(ResumesExactly, ChecksResources, DQN):
             self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
 
     def get_state(self, *args, **kwargs) -> dict:
+        """RLlib's state, the buffer's (see ``checkpoint_replay_buffer``) and where the schedules
+        stand: when learning starts, and when the learner last updated the target network (RLlib's
+        learner keeps that out of its state, so a restored one would update it at once)."""
         state = super().get_state(*args, **kwargs)
         if self._device_buffer is not None:
             state[REPLAY_BUFFER_STATE] = self._device_buffer.get_state(with_contents=self.config.checkpoint_replay_buffer)
+        state[SCHEDULES_STATE] = {
+            "learning_starts_at": self._learning_starts_at,
+            "target_updated_at": dict(self.learner_group._learner.last_update_ts_by_mid),
+        }
         return state
 
     def set_state(self, state: dict) -> None:
-        buffer_state = state.get(REPLAY_BUFFER_STATE)
-        super().set_state({k: v for k, v in state.items() if k != REPLAY_BUFFER_STATE})
+        buffer_state, schedules = state.get(REPLAY_BUFFER_STATE), state.get(SCHEDULES_STATE)
+        super().set_state({k: v for k, v in state.items() if k not in (REPLAY_BUFFER_STATE, SCHEDULES_STATE)})
+        if schedules is not None:
+            self._learning_starts_at = schedules["learning_starts_at"]
+            self.learner_group._learner.last_update_ts_by_mid.update(schedules["target_updated_at"])
         if buffer_state is not None:
             if self._device_buffer is not None:
                 self._device_buffer.set_state(buffer_state)
             else:
                 self._pending_buffer_state = buffer_state
+            if "columns" not in buffer_state:  # restored empty: refill it first, as a new run does
+                sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+                self._learning_starts_at = sampled + self.config.num_steps_sampled_before_learning_starts
