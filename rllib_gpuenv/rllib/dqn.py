@@ -219,18 +219,21 @@ class DeviceDQN(ResumesExactly, ChecksResources, DQN):
         state = super().get_state(*args, **kwargs)
         if self._device_buffer is not None:
             state[REPLAY_BUFFER_STATE] = self._device_buffer.get_state(with_contents=self.config.checkpoint_replay_buffer)
-        state[SCHEDULES_STATE] = {
-            "learning_starts_at": self._learning_starts_at,
-            "target_updated_at": dict(self.learner_group._learner.last_update_ts_by_mid),
-        }
+        state[SCHEDULES_STATE] = {"learning_starts_at": self._learning_starts_at, "target_updated_at": self._target_updates().copy()}
         return state
+
+    def _target_updates(self) -> dict:
+        """The learner's env-step count of its last target update, per module (a local learner's;
+        remote learners keep theirs, which RLlib does not checkpoint: empty here)."""
+        learner = self.learner_group._learner if self.learner_group.is_local else None
+        return learner.last_update_ts_by_mid if learner is not None else {}
 
     def set_state(self, state: dict) -> None:
         buffer_state, schedules = state.get(REPLAY_BUFFER_STATE), state.get(SCHEDULES_STATE)
         super().set_state({k: v for k, v in state.items() if k not in (REPLAY_BUFFER_STATE, SCHEDULES_STATE)})
         if schedules is not None:
             self._learning_starts_at = schedules["learning_starts_at"]
-            self.learner_group._learner.last_update_ts_by_mid.update(schedules["target_updated_at"])
+            self._target_updates().update(schedules["target_updated_at"])
         if buffer_state is not None:
             if self._device_buffer is not None:
                 self._device_buffer.set_state(buffer_state)

@@ -324,11 +324,10 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         ).to_numpy()  # fmt: skip
 
     # ------------------------------------------------------------------ checkpoints
-    def get_state(self, *args, **kwargs) -> dict:
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
         """RLlib's runner state, plus where the envs are (for exact resume, ``checkpointing.py``):
         the env's state, the last observations, the pending-reset mask and the episode window."""
-        state = super().get_state(*args, **kwargs)
-        components, not_components = (args[0] if args else kwargs.get("components")), kwargs.get("not_components")
+        state = super().get_state(components, not_components=not_components, **kwargs)
         wanted = self._check_component(DEVICE_ROLLOUT_STATE, components, not_components)
         if wanted and self._obs is not None and hasattr(self.env, "get_state"):
             state[DEVICE_ROLLOUT_STATE] = {
