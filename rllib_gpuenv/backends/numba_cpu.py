@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 import numba
@@ -108,6 +109,19 @@ def _new_outputs(like: StepOutputs) -> tuple[StepOutputs, dict[str, np.ndarray]]
 
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32}
+
+
+_threads_set = threading.local()  # numba's thread count is per calling thread
+
+
+def use_threads(count: int) -> None:
+    """Run this thread's next parallel regions on ``count`` threads. ``numba.set_num_threads``
+    costs a microsecond (a few % of a small step), so it is called only when the count differs
+    from the one the backends last set here; a count set meanwhile by other code would change
+    the speed of a step, never its results."""
+    if getattr(_threads_set, "count", None) != count:
+        numba.set_num_threads(count)
+        _threads_set.count = count
 
 
 def default_num_threads() -> int:
@@ -208,13 +222,13 @@ class NumbaCPUBackend(Backend):
             args = self._arguments.fill(actions=actions.numpy())
         if self._compiled:
             threads = self.num_threads if self._tuner is None else self._tuner.threads()
-            numba.set_num_threads(threads)
+            use_threads(threads)
             start = time.perf_counter()
             self._kernel(*args)
             if self._tuner is not None:
                 self._tuner.record(threads, time.perf_counter() - start)
         else:  # the first step compiles the kernel, or loads it from numba's cache: say which
-            numba.set_num_threads(self.num_threads)
+            use_threads(self.num_threads)
             log_first_call(self._kernel, args, f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})")
             self._compiled = True
         return outputs

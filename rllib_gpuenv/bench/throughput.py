@@ -18,7 +18,10 @@ run.
 The machines this runs on are shared, and another tenant can slow one contender's whole
 measurement by a third. So at each size every contender is built first, then timed in
 ``rounds`` interleaved turns, and its figure is the median of its turns: a slow spell then
-falls on all contenders alike rather than on one, and the ratios hold up between runs.
+falls on all contenders alike rather than on one, and the ratios hold up between runs. The
+order of the turns rotates from round to round: a contender that uses torch's CPU ops leaves
+its OpenMP threads spinning for a while afterwards, and whoever always came next would pay
+for it (this cost numba-cpu CartPole ~5 % against the reference before the rotation).
 """
 
 from __future__ import annotations
@@ -199,8 +202,8 @@ def run(
         steps = {c.name: c.make(n) for c in here}
         turns: dict[str, list[float]] = {c.name: [] for c in here}
         with busy_processes(load):
-            for _ in range(rounds):
-                for c in here:
+            for r in range(rounds):
+                for c in here[r % len(here) :] + here[: r % len(here)]:  # rotated: no fixed predecessor
                     turns[c.name].append(time_calls(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), device=c.device))
         for c in here:
             seconds = statistics.median(turns[c.name])

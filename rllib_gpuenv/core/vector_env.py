@@ -147,6 +147,7 @@ class GPUVectorEnv(VectorEnv):
 
         self.single_observation_space, self.single_action_space = d.spaces(self.params)
         self._action_shape = self.single_action_space.shape
+        self._batch_action_shape = (self.num_envs, *self._action_shape)
         action_size = int(np.prod(self._action_shape or (1,)))
         check_fits(self.num_envs, bytes_per_env(d.state_size, d.obs_size, action_size, self.dtype), self.device, "num_envs")
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -303,8 +304,8 @@ class GPUVectorEnv(VectorEnv):
                     raise ValueError(f"actions must be in {self._space_text()}; got values such as {array.max()}")
                 array = array.astype(np.int64)
             tensor = torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
-        shape = (self.num_envs, *self._action_shape)
-        if tuple(tensor.shape) != shape:
+        shape = self._batch_action_shape
+        if tensor.shape != shape:
             raise ValueError(f"actions must have shape {shape}, one {self._space_text()} per env, got {tuple(tensor.shape)}")
         if isinstance(space, Discrete):
             return self._discrete_actions(tensor, space)
@@ -324,14 +325,16 @@ class GPUVectorEnv(VectorEnv):
                 + (" containing NaN" if has_nan else "")
                 + ": cast them with .long() / .astype(np.int64)"
             )
-        tensor = tensor.to(torch.int64)
+        if tensor.dtype != torch.int64:
+            tensor = tensor.to(torch.int64)
+        start = int(space.start)
         if self.validate_actions:
-            low, high = int(space.start), int(space.start + space.n - 1)
+            low, high = start, start + int(space.n) - 1
             lo, hi = torch.aminmax(tensor)
             if int(lo) < low or int(hi) > high:
                 bad = tensor[(tensor < low) | (tensor > high)][:5].tolist()
                 raise ValueError(f"actions must be in [{low}, {high}] ({self._space_text()}); got values such as {bad}")
-        return (tensor - int(space.start)).contiguous() if space.start else tensor.contiguous()
+        return (tensor - start).contiguous() if start else tensor.contiguous()
 
     def _box_actions(self, tensor: torch.Tensor, space: Box) -> torch.Tensor:
         if not tensor.dtype.is_floating_point:
