@@ -115,6 +115,18 @@ def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp
     assert all(p[1] % 48 == 0 for p in device["curve"])  # rounds of the file's 12 envs x 4 steps
 
 
+def test_sb3_goes_on_past_rl_zoos_steps_until_the_target():
+    """RL-Zoo's DQN budget (50k CartPole steps) holds at most 100 episodes, so its last-100 mean
+    cannot reach 475 inside it: SB3 then trains on (here: 8 steps end before any episode does)."""
+    from rllib_gpuenv.bench.training import SB3Setup, _sb3_curve
+
+    setup = SB3Setup("DQN", "CartPole-v1", n_envs=1, total_timesteps=8, hyperparameters=dict(learning_starts=1000, train_freq=4))
+    run = _sb3_curve(setup, seed=0, target=5.0, budget_s=600.0)
+    seconds, steps, mean = run["curve"][-1]
+    assert steps > 8 and mean >= 5.0
+    assert [p[0] for p in run["curve"]] == sorted(p[0] for p in run["curve"])  # one clock across the learn() calls
+
+
 def test_training_refuses_a_contender_the_task_lacks(tmp_path):
     cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", "training", "--task", "pendulum-ppo", "--contenders", "stock-runner",
            "--out", str(tmp_path)]  # fmt: skip
