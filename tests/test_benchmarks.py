@@ -163,6 +163,7 @@ def test_breakdown_of_pendulum_ppo(tmp_path):
     assert "one DevicePPO iteration on GPUPendulum-v1" in out.stdout
     rows = outputs(tmp_path, "breakdown_DevicePPO_GPUPendulum-v1")["rows"]
     assert [r["setup"] for r in rows] == ["ours: device path (DevicePPO, GPUPendulum-v1)", "RLlib stock runner, our env (GPUPendulum-v1)"]
+    assert rows[0]["update"] == rows[1]["update"] == {"num_epochs": 10, "minibatch_size": 128}  # Pendulum's file, for both
     for r in rows:
         assert r["s_env stepping"] > 0 and sum(v for k, v in r.items() if k.startswith("s_")) == pytest.approx(r["seconds_per_iteration"], rel=1e-9)
 

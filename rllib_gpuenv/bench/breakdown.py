@@ -162,6 +162,10 @@ def _split(whole: float, pieces: dict[str, float]) -> tuple[dict[str, float], fl
 DEVICE_CONFIG_FILES = {("DevicePPO", "GPUPendulum-v1"): "gpu_pendulum_ppo.yaml", "DevicePPO": "gpu_cartpole_ppo.yaml",
                        "DeviceDQN": "gpu_cartpole_dqn.yaml"}  # fmt: skip
 DEFAULT_ENV = "GPUCartPole-v1"
+# What the PPO update of the stock runner's row takes from the device path's config (Pendulum's
+# file trains 10 epochs of 256, CartPole's 4 of 512: the update would differ 3x otherwise).
+PPO_UPDATE_SETTINGS = ("num_epochs", "minibatch_size", "lr", "gamma", "lambda_", "clip_param", "grad_clip", "entropy_coeff",
+                       "vf_loss_coeff", "vf_clip_param", "use_kl_loss")  # fmt: skip
 
 
 def device_config(algo: str, env: str, device: str | None, num_envs: int, rollout_length: int, config_file: str | None = None):
@@ -263,7 +267,7 @@ def device_path(config, iterations: int) -> dict:
         scales = {"sampling": sampling_scale, "update": update_scale}
         name, env = type(algo).__name__, _env_name(config.env)
         setup = "ours: device path" + ("" if (name, env) == ("DevicePPO", DEFAULT_ENV) else f" ({name}, {env})")
-        return _row(setup, str(dev), str(learner_device), round(steps), seconds, parts, scales, gpu)
+        return {**_row(setup, str(dev), str(learner_device), round(steps), seconds, parts, scales, gpu), "update": _update(config)}
     finally:
         algo.stop()
 
@@ -272,7 +276,9 @@ def _env_name(env) -> str:
     return str(env).split(":", 1)[-1]
 
 
-def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str = DEFAULT_ENV) -> dict:
+def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str = DEFAULT_ENV, learning=None) -> dict:
+    """One row: RLlib's stock runner on ``env``, with the PPO update of ``learning`` (the device
+    path's config; default the main job's), so that only the runner differs."""
     from ray.rllib.callbacks.callbacks import RLlibCallback
     from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
@@ -283,10 +289,12 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str =
 
     (experiment,) = load_experiments(config_file("gpu_cartpole_stock_runner.yaml"))
     steps = num_envs * rollout_length
-    learning = cartpole_config()  # the same PPO update as the device path
+    learning = learning or cartpole_config()  # the same PPO update as the device path
+    update = {name: getattr(learning, name) for name in PPO_UPDATE_SETTINGS}
+    update["minibatch_size"] = min(steps, learning.minibatch_size)
     config = experiment.config.environment(f"rllib_gpuenv:{env}").env_runners(num_envs_per_env_runner=num_envs).training(
-        train_batch_size_per_learner=steps, minibatch_size=min(steps, learning.minibatch_size), num_epochs=learning.num_epochs
-    )
+        train_batch_size_per_learner=steps, **update
+    ).rl_module(model_config=learning.model_config)
     # RLlib's runner as it ships: without the config file's episode-copy callback (which only
     # corrects its episode-length metrics and costs ~70 µs per episode chunk).
     config.callbacks(RLlibCallback)
@@ -332,7 +340,7 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str =
         }
         device = "cuda" if torch.cuda.is_available() and config.num_gpus_per_learner else "cpu"
         setup = "RLlib stock runner, our env" + ("" if env == DEFAULT_ENV else f" ({env})")
-        return _row(setup, "cpu (numpy)", device, steps, seconds, parts, {"sampling": sampling_scale}, gpu)
+        return {**_row(setup, "cpu (numpy)", device, steps, seconds, parts, {"sampling": sampling_scale}, gpu), "update": _update(config)}
     finally:
         algo.stop()
 
@@ -350,6 +358,12 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 def _mean(results: list[dict], key: str) -> dict:
     flat = [_flatten(r.get(key, {})) for r in results]
     return {k: sum(f.get(k, 0.0) for f in flat) / len(flat) for k in flat[-1]}
+
+
+def _update(config) -> dict:
+    """What an iteration's update trains: PPO's epochs and minibatch, DQN's minibatch and intensity."""
+    names = PPO_UPDATE_SETTINGS[:2] if hasattr(config, "num_epochs") else ("train_batch_size_per_learner", "training_intensity")
+    return {name: getattr(config, name) for name in names}
 
 
 def _row(setup, runner_device, learner_device, steps, seconds, parts, scales, gpu) -> dict:
@@ -375,7 +389,7 @@ def run(num_envs: int = 128, rollout_length: int = 32, iterations: int = 5, devi
     rows = [device_path(config, iterations)]
     if algo == "DevicePPO":
         print("  stock runner ...", file=sys.stderr, flush=True)
-        rows.append(stock_runner(num_envs, rollout_length, iterations, env))
+        rows.append(stock_runner(num_envs, rollout_length, iterations, env, learning=config))
     print(f"one {algo} iteration on {env} of {rows[0]['env_steps_per_iteration']:,} env steps (rollouts of {num_envs} envs x {rollout_length} steps)\n"
           + table(rows))  # fmt: skip
     meta = {"algo": algo, "env": env, "num_envs": num_envs, "rollout_length": rollout_length, "iterations": iterations}
