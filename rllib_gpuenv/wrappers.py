@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import VectorWrapper
+from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from rllib_gpuenv.devices import resolve_device
+
+logger = logging.getLogger(__name__)
 
 
 class DeviceEnv(VectorWrapper):
@@ -48,6 +52,48 @@ class DeviceEnv(VectorWrapper):
             }
         return (self._tensor(obs, torch.float32), self._tensor(reward, torch.float32),
                 self._tensor(terminated, torch.bool), self._tensor(truncated, torch.bool), out)  # fmt: skip
+
+
+class RescaleObservations(VectorWrapper):
+    """Observations rescaled from their space's finite bounds to [-1, 1], on their device;
+    components without finite bounds pass through unchanged.
+
+    What RLlib's ``normalize_actions`` does for actions, for observations: a network learns
+    poorly from inputs of very different scales (MountainCarContinuous's velocity spans ±0.07
+    beside a position spanning 1.8, and PPO never learns to use it). The scaling is fixed by the
+    space, not estimated, so every env runner (training or evaluation, local or remote) and
+    every checkpoint sees the same observations without anything to synchronise.
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        space = env.single_observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise TypeError(f"rescale_observations needs a Box observation space, {env} has {space}: turn it off for this env")
+        super().__init__(env)
+        low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+        bounded = np.isfinite(low) & np.isfinite(high) & (high > low)
+        if not bounded.any():
+            logger.warning("rescale_observations: no component of %s has finite bounds; observations are unchanged", space)
+        lo, hi = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)  # unbounded: the identity
+        self._scale = torch.as_tensor(2.0 / (hi - lo), dtype=torch.float32)
+        self._center = torch.as_tensor((hi + lo) / 2.0, dtype=torch.float32)
+        self.single_observation_space = gym.spaces.Box(
+            np.where(bounded, -1.0, low).astype(space.dtype), np.where(bounded, 1.0, high).astype(space.dtype), space.shape, space.dtype
+        )
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+
+    def _rescale(self, obs: torch.Tensor) -> torch.Tensor:
+        if self._scale.device != obs.device:
+            self._scale, self._center = self._scale.to(obs.device), self._center.to(obs.device)
+        return (obs - self._center) * self._scale
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._rescale(obs), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        return self._rescale(obs), reward, terminated, truncated, info
 
 
 class DeviceMismatchError(RuntimeError):

@@ -81,6 +81,33 @@ def test_continuous_ppo_learns_pendulum_and_keeps_actions_in_bounds(ray_local):
         algo.stop()
 
 
+def test_mountaincar_continuous_file_rescales_observations_for_every_runner(ray_local):
+    """The shipped MountainCarContinuous settings (which reach an evaluation mean of 90 in 90-110
+    iterations, ~1 min: too long here) at a small size: training and evaluation runners, the
+    module and the learner's batch all see observations rescaled to [-1, 1], and the runner's
+    checkpoint state still holds the env's state beneath the wrapper."""
+    from rllib_gpuenv.rllib.env_runner import DEVICE_ROLLOUT_STATE
+
+    config = load_config(config_file("gpu_mountaincar_continuous_ppo.yaml"), device="cpu", seed=0).config
+    assert config.rescale_observations and config.model_config["free_log_std"]
+    config.env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=16).training(minibatch_size=128)
+    config.evaluation(evaluation_interval=1, evaluation_duration=16)
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        unit = ([-1.0, -1.0], [1.0, 1.0])
+        for runner in (algo.env_runner, algo.eval_env_runner):
+            space = runner.env.single_observation_space
+            assert (space.low.tolist(), space.high.tolist()) == unit
+        assert algo.get_module().observation_space == algo.env_runner.env.single_observation_space
+        obs = algo.env_runner._buffers.obs
+        assert obs.abs().max() <= 1.0 and obs[..., 0].min() < -0.2  # positions from -0.6..-0.4 land near -0.4..-0.1
+        assert "evaluation" in result and result["evaluation"]["env_runners"]["num_episodes"] >= 16
+        assert DEVICE_ROLLOUT_STATE in algo.env_runner.get_state()
+    finally:
+        algo.stop()
+
+
 @pytest.mark.parametrize("env_id", ["GPUAcrobot-v1", "GPUMountainCar-v0", "GPUMountainCarContinuous-v0"])
 def test_suite_envs_train_through_the_device_runner(ray_local, env_id):
     config = (

@@ -39,3 +39,31 @@ def test_check_device_names_the_misplaced_tensor_of_a_module():
     module.forward_exploration({Columns.OBS: torch.zeros(3, 4)})
     with pytest.raises(DeviceMismatchError, match=r"module.forward_exploration\(\) input: obs is on meta, expected cpu"):
         module.forward_exploration({Columns.OBS: torch.zeros(3, 4, device="meta")})
+
+
+def test_rescale_observations_maps_finite_bounds_to_unit_range():
+    """Bounded components go to [-1, 1] (CartPole's position and angle, MountainCar's both);
+    unbounded ones (CartPole's velocities) pass through; the spaces say so."""
+    from rllib_gpuenv import make_vector_env
+    from rllib_gpuenv.wrappers import RescaleObservations
+
+    raw = make_vector_env("GPUCartPole-v1", 8, backend="torch", device="cpu")
+    env = RescaleObservations(make_vector_env("GPUCartPole-v1", 8, backend="torch", device="cpu"))
+    high = raw.single_observation_space.high
+    for raw_obs, obs in (
+        (raw.reset(seed=0)[0], env.reset(seed=0)[0]),
+        *((raw.step(a)[0], env.step(a)[0]) for a in [torch.ones(8, dtype=torch.long)] * 5),
+    ):
+        assert torch.allclose(obs[:, [0, 2]], raw_obs[:, [0, 2]] / torch.tensor(high[[0, 2]]))  # symmetric bounds
+        assert torch.equal(obs[:, [1, 3]], raw_obs[:, [1, 3]])
+    assert env.single_observation_space.low.tolist()[::2] == [-1.0, -1.0] and env.single_observation_space.high.tolist()[::2] == [1.0, 1.0]
+    assert env.single_observation_space.high[1] == float("inf") and env.observation_space.shape == (8, 4)
+
+    car = RescaleObservations(make_vector_env("GPUMountainCarContinuous-v0", 64, backend="torch", device="cpu"))
+    obs, _ = car.reset(seed=0)
+    for _ in range(100):
+        obs, *_ = car.step(torch.ones(64, 1))
+        assert obs.abs().max() <= 1.0
+    assert obs[:, 1].abs().max() > 0.1  # the velocity (a few hundredths raw) now spans the unit range
+    with pytest.raises(TypeError, match="needs a Box observation space"):
+        RescaleObservations(gym.make_vec("Blackjack-v1", num_envs=2, vectorization_mode="sync"))

@@ -23,13 +23,19 @@ class DeviceRolloutsConfig:
         self.learner_device = None  # None: RLlib's own choice from num_gpus_per_learner
         self.rollout_length = 32
         self.check_devices = False
+        self.rescale_observations = False
         self.num_env_runners = 0  # one local runner on the default device
         self.num_envs_per_env_runner = 64
 
-    def device_rollouts(self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided):
+    def device_rollouts(self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided,
+                        rescale_observations=NotProvided):  # fmt: skip
         """Where env runners work (``"auto"``, ``"cpu"``, ``"cuda:N"``), steps per env per
-        rollout, and whether to check every env/module tensor's device (debugging)."""
-        return self._set_provided(env_runner_device=device, rollout_length=rollout_length, check_devices=check_devices)
+        rollout, whether to check every env/module tensor's device (debugging), and whether
+        the module sees observations rescaled from their space's finite bounds to [-1, 1]
+        (``RescaleObservations``: for envs whose observations differ in scale, as RLlib's
+        ``normalize_actions`` does for actions)."""
+        return self._set_provided(env_runner_device=device, rollout_length=rollout_length, check_devices=check_devices,
+                                  rescale_observations=rescale_observations)  # fmt: skip
 
     def devices(self, *, learner=NotProvided, env_runners=NotProvided, evaluation=NotProvided):
         """One device per role, as rlstructures does: e.g. the learner on ``"cuda:0"``, the

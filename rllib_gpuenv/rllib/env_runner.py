@@ -43,7 +43,7 @@ from ray.rllib.utils.metrics import (
 from rllib_gpuenv.devices import resolve_device
 from rllib_gpuenv.envs import env_definition, make_vector_env
 from rllib_gpuenv.rllib.rollout import Rollout
-from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv
+from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, RescaleObservations
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         env = make_device_env(config.env, config.num_envs_per_env_runner, self._device, config.env_config, threads)
         if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
             raise ValueError(f"the device env runner needs NEXT_STEP autoreset, {env} has {env.metadata['autoreset_mode']}")
+        if getattr(config, "rescale_observations", False):
+            env = RescaleObservations(env)
         if getattr(config, "check_devices", False):
             env = CheckDevice(env, self._device)
         self.env = env
@@ -329,9 +331,9 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         the env's state, the last observations, the pending-reset mask and the episode window."""
         state = super().get_state(components, not_components=not_components, **kwargs)
         wanted = self._check_component(DEVICE_ROLLOUT_STATE, components, not_components)
-        if wanted and self._obs is not None and hasattr(self.env, "get_state"):
+        if wanted and self._obs is not None and hasattr(self.env.unwrapped, "get_state"):  # wrappers hold no state
             state[DEVICE_ROLLOUT_STATE] = {
-                "env": self.env.get_state(),
+                "env": self.env.unwrapped.get_state(),
                 "obs": self._obs.cpu().clone(),
                 "prev_done": self._prev_done.cpu().clone(),
                 "recent_episodes": list(self._recent_episodes),
@@ -343,7 +345,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         saved = state.get(DEVICE_ROLLOUT_STATE)
         # An evaluation runner synced from the training runner keeps its own envs' positions.
         if saved is not None and getattr(self, "env", None) is not None and not self.config.in_evaluation:
-            self.env.set_state(saved["env"])
+            self.env.unwrapped.set_state(saved["env"])
             self._obs = saved["obs"].to(self._device)
             self._prev_done = saved["prev_done"].to(self._device)
             self._recent_episodes.clear()
