@@ -176,5 +176,6 @@ def test_breakdown_of_device_dqn(tmp_path):
     (row,) = outputs(tmp_path, "breakdown_DeviceDQN_GPUCartPole-v1")["rows"]
     # one train() call: as many rounds of 16 envs x 8 steps as RLlib's DQN samples per iteration
     assert row["setup"] == "ours: device path (DeviceDQN, GPUCartPole-v1)" and row["env_steps_per_iteration"] % (16 * 8) == 0
+    assert row["update"] == {"train_batch_size_per_learner": 64, "training_intensity": 8}  # the file's minibatch, DeviceDQN's default
     assert row["s_advantages (GAE)"] > 0 and row["s_learner update"] > 0 and row["s_env stepping"] > 0
     assert sum(v for k, v in row.items() if k.startswith("s_")) == pytest.approx(row["seconds_per_iteration"], rel=1e-9)

@@ -362,7 +362,10 @@ def _mean(results: list[dict], key: str) -> dict:
 
 def _update(config) -> dict:
     """What an iteration's update trains: PPO's epochs and minibatch, DQN's minibatch and intensity."""
-    names = PPO_UPDATE_SETTINGS[:2] if hasattr(config, "num_epochs") else ("train_batch_size_per_learner", "training_intensity")
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    # Every AlgorithmConfig has num_epochs (DQN's is an unused 1): ask which algorithm it is.
+    names = PPO_UPDATE_SETTINGS[:2] if isinstance(config, PPOConfig) else ("train_batch_size_per_learner", "training_intensity")
     return {name: getattr(config, name) for name in names}
 
 
