@@ -6,6 +6,7 @@ trains on the GPU and its checkpoint restores on a machine without one.
 """
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -61,6 +62,54 @@ def test_a_step_stays_on_the_gpu_without_a_host_sync(backend, env_id):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert all(t.device.type == "cuda" for t in (obs, reward, term, trunc, info["episode"]["r"]))
+
+
+def gpu_syncs_per_sample(file: str, rollout_length: int) -> int:
+    """Host syncs torch reports during one ``sample()`` of the device runner, all on the GPU."""
+    from rllib_gpuenv.config_files import config_file
+    from rllib_gpuenv.rllib import DeviceEnvRunner
+    from rllib_gpuenv.train import load_config
+
+    config = load_config(config_file(file), device="cuda", seed=0).config.copy(copy_frozen=False)
+    config.env_runners(num_envs_per_env_runner=1024).device_rollouts(rollout_length=rollout_length)
+    runner = DeviceEnvRunner(config=config)
+    runner.sample()  # compile, allocate, start episodes
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")  # every torch op that waits for the GPU warns
+        try:
+            runner.sample()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("file", ["gpu_cartpole_ppo.yaml", "gpu_pendulum_ppo.yaml", "gpu_cartpole_dqn.yaml"])
+def test_a_rollout_waits_for_the_gpu_per_rollout_not_per_step(file):
+    """The step loop queues work only; the rollout reads back its episodes' stats once, at its
+    end, for the metrics (test_host_reads.py checks the same on the CPU)."""
+    short, long = gpu_syncs_per_sample(file, 2), gpu_syncs_per_sample(file, 16)
+    assert long == short <= 4
+
+
+def test_two_env_runners_share_one_gpu():
+    import ray
+
+    from rllib_gpuenv.train import cartpole_config
+
+    ray.init(num_cpus=3, num_gpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    config = cartpole_config(seed=0).env_runners(num_env_runners=2, num_gpus_per_env_runner=0.5, num_cpus_per_env_runner=1)
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        devices = algo.env_runner_group.foreach_env_runner(lambda r: str(r.env.unwrapped.device), local_env_runner=False)
+        assert len(devices) == 2 and all(d.startswith("cuda") for d in devices), devices
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 3 * algo.config.train_batch_size_per_learner
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()
+        ray.shutdown()
 
 
 def test_device_ppo_trains_on_the_gpu_and_its_checkpoint_restores_without_one(tmp_path):

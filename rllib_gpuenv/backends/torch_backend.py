@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from rllib_gpuenv.backends.base import Backend
-from rllib_gpuenv.core.ops import tensor_float
+from rllib_gpuenv.core import ops
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
 
 
@@ -21,14 +21,14 @@ class TorchBackend(Backend):
         resetting = b.prev_done
         state = b.state
         # NEXT_STEP autoreset: envs whose episode ended last step start the next one. On the CPU
-        # only draw initial states when some env needs one (the check is free there); on a GPU
-        # always draw them rather than synchronise to ask.
-        if state.device.type != "cpu" or bool(resetting.any()):
+        # initial states are drawn only when some env needs one; on a GPU always, rather than
+        # wait for the GPU to answer.
+        if not ops.host_reads_are_free(state.device) or bool(resetting.any()):
             b.episode += resetting
             initial = self.env.initial_states(b.episode, constants)
             state = torch.where(resetting, initial.to(self.dtype), state)
         action = actions if self.env.discrete else tuple(actions.T.to(self.dtype))  # float32 values, in the state's precision
-        with tensor_float(self.dtype):
+        with ops.tensor_float(self.dtype):
             new_state, obs, reward, terminated, truncated, steps, ep_return = self.env.advance(
                 resetting, action, tuple(state), b.steps, b.ep_return, constants.max_steps
             )

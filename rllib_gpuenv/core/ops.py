@@ -181,6 +181,14 @@ def square(x):
 WRAP_PASSES_ON_GPU = 4  # whole periods a torch step on a GPU shifts at most (no host sync)
 
 
+def host_reads_are_free(device: torch.device) -> bool:
+    """Whether reading a value of a tensor on ``device`` back to Python costs nothing (the CPU),
+    so that code may ask before it does work. On a GPU the read would wait for all queued work,
+    so code there does the work without asking. (``tests/test_host_reads.py`` answers False, to
+    check the GPU's code path for host reads on a CPU.)"""
+    return device.type == "cpu"
+
+
 def _numba_wrap(x, low, high):
     diff = high - low
     while x > high:
@@ -196,7 +204,7 @@ def wrap(x, low, high):
     (the same rounding as gymnasium, unlike one ``%``). On a GPU tensor at most
     ``WRAP_PASSES_ON_GPU`` periods, so that a step needs no host synchronisation."""
     diff = high - low
-    passes = WRAP_PASSES_ON_GPU if x.device.type != "cpu" else None
+    passes = None if host_reads_are_free(x.device) else WRAP_PASSES_ON_GPU
     while passes is None or passes > 0:
         above, below = x > high, x < low
         if passes is None and not bool((above | below).any()):

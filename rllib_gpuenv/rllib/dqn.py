@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import torch
 from ray.rllib.algorithms.dqn import DQN, DQNConfig
+from ray.rllib.algorithms.dqn.default_dqn_rl_module import QF_PREDS
+from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
 from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
@@ -36,6 +39,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
 from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
@@ -52,6 +56,27 @@ SCHEDULES_STATE = "device_dqn_schedules"
 
 class DeviceDQNTorchLearner(FusedAdamLearnerMixin, DQNTorchLearner):
     """RLlib's DQN learner (loss, double Q, target updates) with fused Adam."""
+
+
+class DeviceDQNTorchRLModule(DefaultDQNTorchRLModule):
+    """RLlib's DQN module, with an epsilon-greedy draw that reads nothing back from the GPU.
+
+    RLlib draws the random action with ``torch.multinomial``, which waits for the GPU on every
+    call (``action_sampling``). The rule is RLlib's: with probability epsilon a uniform
+    action among those whose Q-value is not 0 (a masked action's Q of -inf counts as 0), else
+    the greedy one.
+    """
+
+    def _forward_exploration(self, batch: dict, t: int) -> dict:
+        qf_outs = self.compute_q_values(batch)
+        q = qf_outs[QF_PREDS]
+        epsilon = self.epsilon_schedule.update(t)
+        random_actions = action_sampling.uniform_among(torch.nan_to_num(q, neginf=0.0) != 0.0)
+        explore = torch.rand(q.shape[:-1], device=q.device) < epsilon
+        output = {Columns.ACTIONS: torch.where(explore, random_actions, q.argmax(dim=-1))}
+        if Columns.STATE_OUT in qf_outs:
+            output[Columns.STATE_OUT] = qf_outs[Columns.STATE_OUT]
+        return output
 
 
 class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
@@ -87,6 +112,9 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
 
     def get_default_learner_class(self):
         return DeviceDQNTorchLearner
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=DeviceDQNTorchRLModule, model_config=self.model_config)
 
     def device_replay(self, *, checkpoint_replay_buffer: bool | None = None) -> "DeviceDQNConfig":
         """Whether checkpoints hold the replay buffer's transitions."""

@@ -42,6 +42,7 @@ from ray.rllib.utils.metrics import (
 
 from rllib_gpuenv.devices import resolve_device
 from rllib_gpuenv.envs import env_definition, make_vector_env
+from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, RescaleObservations
 
@@ -166,7 +167,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         dist = cls.from_logits(dist_inputs)
         if not explore:
             dist = dist.to_deterministic()
-        actions = dist.sample()
+        actions = action_sampling.sample(dist)  # torch's own samplers wait for the GPU
         return actions, dist.logp(actions) if explore else None, dist_inputs
 
     def _global_step(self) -> int:

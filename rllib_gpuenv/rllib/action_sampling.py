@@ -1,0 +1,44 @@
+"""Drawing actions on a GPU without waiting for it.
+
+torch's samplers check their inputs on the host. ``torch.multinomial`` reads two scalars back
+from the GPU on each call (are the probabilities finite and non-negative, does a row sum to
+zero). RLlib's ``TorchCategorical.sample`` and DQN's epsilon-greedy both go through it.
+``torch.normal`` with a tensor of scales reads one (are they all >= 0), and RLlib's
+``TorchDiagGaussian.sample`` goes through that. Each read makes the host wait until the GPU has
+run everything queued before it. In a rollout that happens every step, so the host can never
+queue step t+1 while the GPU still runs step t. The draws here come from the same
+distributions, with only ops that queue work and read nothing back:
+
+- a categorical sample is the Gumbel-max: ``argmax(logits + G)`` with ``G = -log(E)``,
+  ``E ~ Exp(1)``, which is torch's own multinomial fast path without its checks;
+- a Gaussian sample is ``loc + scale * eps`` with ``eps ~ N(0, 1)``, which is ``rsample``;
+- a uniform choice among allowed actions is the Gumbel-max over the log of the mask.
+"""
+
+from __future__ import annotations
+
+import torch
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchDiagGaussian
+
+
+def categorical(logits: torch.Tensor) -> torch.Tensor:
+    """One sample of ``Categorical(logits=logits)`` per row (int64), by the Gumbel-max trick."""
+    exponential = torch.empty_like(logits).exponential_()
+    return (logits - exponential.log()).argmax(dim=-1)
+
+
+def uniform_among(allowed: torch.Tensor) -> torch.Tensor:
+    """One action per row, uniform among the row's ``True`` entries (index 0 where none is)."""
+    exponential = torch.empty(allowed.shape, device=allowed.device).exponential_()
+    return torch.where(allowed, -exponential.log(), -torch.inf).argmax(dim=-1)
+
+
+def sample(dist) -> torch.Tensor:
+    """A sample of an RLlib action distribution, without a host read where one can be avoided
+    (categorical and diagonal Gaussian; any other distribution samples as RLlib does)."""
+    if type(dist) is TorchCategorical:
+        logits = dist.logits if dist.logits is not None else dist.probs.log()
+        return categorical(logits)
+    if type(dist) is TorchDiagGaussian:
+        return dist.rsample()
+    return dist.sample()
