@@ -50,6 +50,14 @@ def _bench_workload(args) -> None:
     workload.run(sizes, _sizes(args.substeps), min_seconds=args.min_seconds, out_dir=args.out, plot=args.plot)
 
 
+def _bench_sampling(args) -> None:
+    from rllib_gpuenv.bench import sampling
+
+    sizes = _sizes(args.num_envs or _default_sizes("16,256,4096", "256,4096,65536,1048576"))
+    sampling.run(sizes, rollout_length=args.rollout_length, device=args.device, rounds=args.rounds, min_seconds=args.min_seconds,
+                 out_dir=args.out, plot=args.plot)  # fmt: skip
+
+
 def _bench_training(args) -> None:
     from rllib_gpuenv.bench import training
 
@@ -109,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     wl.add_argument("--num-envs", help="sizes (default 256,65536 on CPU; 4096,1048576 on GPU)")
     wl.add_argument("--substeps", default="1,4,16,64", help="substeps values")
     wl.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
+    sa = benchmark("sampling", "env-steps/s of an env runner's sample(), policy included: device runner vs env alone and RLlib's runner",
+                   _bench_sampling)
+    sa.add_argument("--num-envs", help="sizes (default 16,256,4096 on CPU; 256,4096,65536,1048576 on GPU)")
+    sa.add_argument("--rollout-length", type=int, default=32, help="steps per sample() call (default: %(default)s)")
+    sa.add_argument("--device", help="the device runner's device (default: the GPU if there is one)")
+    sa.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per size; each point is the median")
+    sa.add_argument("--min-seconds", type=float, default=1.0, help="time each point at least this long (over all rounds)")
     tr = benchmark("training", "reward vs wall time, side by side: our device path, stock RLlib, SB3 (PPO or DQN)", _bench_training)
     from rllib_gpuenv.bench.training import DEFAULT_TASK, TASKS
 

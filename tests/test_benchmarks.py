@@ -134,6 +134,18 @@ def test_training_refuses_a_contender_the_task_lacks(tmp_path):
     assert out.returncode != 0 and "task 'pendulum-ppo' has no contender 'stock-runner': its contenders are device, stock-rllib, sb3" in out.stderr
 
 
+def test_sampling(tmp_path):
+    """The device runner's sample() side by side with the env alone, RLlib's draw and RLlib's runner."""
+    out = bench(tmp_path, "sampling", "--num-envs", "8,16", "--rollout-length", "4", "--rounds", "2", "--min-seconds", "0.02")
+    assert "device runner / stock runner" in out.stdout
+    rows = outputs(tmp_path, "sampling")["rows"]
+    assert {r["contender"] for r in rows} == {"env step alone", "device runner", "device runner, RLlib's action draw",
+                                              "stock RLlib runner (gymnasium CartPole-v1)"}  # fmt: skip
+    for row in rows:
+        assert row["env_steps_per_s"] == pytest.approx(row["num_envs"] * row["steps_per_call"] / row["seconds_per_call"])
+        assert row["steps_per_call"] == (1 if row["contender"] == "env step alone" else 4)
+
+
 def test_replot_draws_the_recorded_results_again(tmp_path):
     """The committed results' plots can be drawn again from their JSON (no benchmark rerun)."""
     out = subprocess.run([sys.executable, "-m", "rllib_gpuenv.bench.replot", os.path.join(ROOT, "benchmarks"), "--out", str(tmp_path)],

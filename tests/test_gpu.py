@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import run_python
-from rllib_gpuenv import ENV_DEFS, CartPoleVectorEnv, make_vector_env
+from rllib_gpuenv import ENV_DEFS, make_vector_env
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

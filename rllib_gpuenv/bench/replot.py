@@ -1,6 +1,6 @@
 """Draw the plots and print the tables of recorded benchmark results again, from their JSON.
 
-    python -m rllib_gpuenv.bench.replot benchmarks/     # every scaling, training, breakdown, workload result there
+    python -m rllib_gpuenv.bench.replot benchmarks/     # every scaling, training, breakdown, workload, sampling result there
 
 A result is ``<kind>.json`` or ``<kind>_<variant>.json`` (``scaling_GPUPendulum-v1.json``); its
 plot is drawn again as ``<same name>.png``.
@@ -48,8 +48,15 @@ def _workload(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     return workload.summary(rows), workload.plot_workload(rows, out_dir)
 
 
+def _sampling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import sampling
+
+    rows = result["rows"]
+    return sampling.summary(rows), sampling.plot_sampling(rows, out_dir)
+
+
 REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
-    "scaling": _scaling, "training": _training, "breakdown": _breakdown, "workload": _workload,
+    "scaling": _scaling, "training": _training, "breakdown": _breakdown, "workload": _workload, "sampling": _sampling,
 }  # fmt: skip
 
 

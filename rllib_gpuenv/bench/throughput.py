@@ -33,7 +33,6 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import torch
 
 from rllib_gpuenv.bench.common import busy_processes, format_table, pyplot, report, save_figure, time_calls
@@ -200,11 +199,8 @@ def run(
         here = [c for c in chosen if n <= c.max_envs and not (c.device == "cpu" and n > (1 << 20))]
         print(f"  {env_id} num_envs={n:>9,}: {len(here)} contenders, {rounds} interleaved rounds", file=sys.stderr, flush=True)
         steps = {c.name: c.make(n) for c in here}
-        turns: dict[str, list[float]] = {c.name: [] for c in here}
         with busy_processes(load):
-            for r in range(rounds):
-                for c in here[r % len(here) :] + here[: r % len(here)]:  # rotated: no fixed predecessor
-                    turns[c.name].append(time_calls(steps[c.name], min_seconds / rounds, max(1, min_calls // rounds), device=c.device))
+            turns = interleaved_turns(here, steps, rounds, min_seconds, min_calls)
         for c in here:
             seconds = statistics.median(turns[c.name])
             rows.append({"env": env_id, "contender": c.name, "num_envs": n, "seconds_per_step": seconds, "env_steps_per_s": n / seconds,
@@ -220,6 +216,17 @@ def run(
             "reference": reference, "busy_processes": load}  # fmt: skip
     report(rows, out_dir, name, meta, plot=(lambda: plot_scaling(rows, out_dir, name, turning)) if plot else None)
     return rows
+
+
+def interleaved_turns(here: list[Contender], calls: dict[str, Callable[[int], object]], rounds: int, min_seconds: float,
+                      min_calls: int) -> dict[str, list[float]]:
+    """Seconds per call of each contender's ``calls[name]``, once per round, the contenders
+    taking turns in an order that rotates from round to round (see the module doc)."""
+    turns: dict[str, list[float]] = {c.name: [] for c in here}
+    for r in range(rounds):
+        for c in here[r % len(here) :] + here[: r % len(here)]:  # rotated: no fixed predecessor
+            turns[c.name].append(time_calls(calls[c.name], min_seconds / rounds, max(1, min_calls // rounds), device=c.device))
+    return turns
 
 
 def turning_points(rows: list[dict], efficiency: float = 0.5) -> dict[str, int | None]:

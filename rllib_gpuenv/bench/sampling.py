@@ -1,0 +1,145 @@
+"""Sampling throughput: env steps per second of an env runner's ``sample()``, policy included.
+
+``bench scaling`` times ``env.step`` alone. A rollout also runs the policy every step (a
+forward pass of the module and a draw from its action distribution) and writes the rollout
+buffers. Here the contenders, timed side by side in rotated rounds as ``bench scaling`` times
+them:
+
+- "env step alone": the env the device runner makes, stepped with actions from a pool; the
+  bound that sampling cannot beat;
+- "device runner": ``DeviceEnvRunner.sample()``, the PPO module of the shipped CartPole file;
+- "device runner, RLlib's action draw": the same, drawing actions with the distribution's own
+  ``sample()`` (``torch.multinomial``, which on a GPU reads back from it twice a step: see
+  ``rllib/action_sampling.py``);
+- "stock RLlib runner (gymnasium CartPole-v1)": RLlib's ``SingleAgentEnvRunner`` on gymnasium's
+  env, vectorised by gymnasium, as RLlib runs it by default (up to 1,024 envs: it is slow).
+
+A call is one ``sample()`` of ``rollout_length`` steps of every env (one ``step`` for the env
+alone, counted as such).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import sys
+
+import torch
+
+from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure
+from rllib_gpuenv.bench.throughput import Contender, _ours, interleaved_turns
+
+ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK = ("env step alone", "device runner", "device runner, RLlib's action draw",
+                                               "stock RLlib runner (gymnasium CartPole-v1)")  # fmt: skip
+
+
+def _device_runner(device: str, rollout_length: int, rllib_draw: bool = False):
+    def make(n: int):
+        from rllib_gpuenv.rllib import DeviceEnvRunner, action_sampling
+        from rllib_gpuenv.train import cartpole_config
+
+        config = cartpole_config(device=device, seed=0).env_runners(num_envs_per_env_runner=n).device_rollouts(rollout_length=rollout_length)
+        runner = DeviceEnvRunner(config=config)
+
+        def sample(_i):
+            with _rllib_draw(action_sampling) if rllib_draw else contextlib.nullcontext():
+                return runner.sample()
+
+        sample.close = runner.stop
+        return sample
+
+    return make
+
+
+@contextlib.contextmanager
+def _rllib_draw(action_sampling):
+    """The device runner drawing actions as RLlib's own runner does, for the A/B."""
+    ours = action_sampling.sample
+    action_sampling.sample = lambda dist: dist.sample()
+    try:
+        yield
+    finally:
+        action_sampling.sample = ours
+
+
+def _stock_runner(rollout_length: int):
+    def make(n: int):
+        from ray.rllib.algorithms.ppo import PPOConfig
+        from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+        config = (
+            PPOConfig().environment("CartPole-v1")
+            .env_runners(num_envs_per_env_runner=n, rollout_fragment_length=rollout_length)
+            .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
+        )  # fmt: skip
+        runner = SingleAgentEnvRunner(config=config)
+        sample = lambda _i: runner.sample()  # noqa: E731
+        sample.close = runner.stop
+        return sample
+
+    return make
+
+
+def contenders(device: str, rollout_length: int) -> list[tuple[Contender, int]]:
+    """Each contender with the env steps per env of one call."""
+    backend = "auto"
+    return [
+        (Contender(ENV_ALONE, _ours("GPUCartPole-v1", backend, device, reuse_outputs=True, validate_actions=False), device), 1),
+        (Contender(DEVICE, _device_runner(device, rollout_length), device), rollout_length),
+        (Contender(DEVICE_RLLIB_DRAW, _device_runner(device, rollout_length, rllib_draw=True), device), rollout_length),
+        (Contender(STOCK, _stock_runner(rollout_length), "cpu", max_envs=1024), rollout_length),
+    ]
+
+
+def run(num_envs: list[int], rollout_length: int = 32, device: str | None = None, rounds: int = 3, min_seconds: float = 1.0,
+        out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
+    """Time every contender at every size; print a table; write JSON/CSV (and a PNG)."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    chosen = contenders(device, rollout_length)
+    rows = []
+    for n in num_envs:
+        here = [(c, k) for c, k in chosen if n <= c.max_envs]
+        print(f"  num_envs={n:>9,}: {len(here)} contenders on {device}, {rounds} rounds", file=sys.stderr, flush=True)
+        calls = {c.name: c.make(n) for c, _ in here}
+        turns = interleaved_turns([c for c, _ in here], calls, rounds, min_seconds, min_calls=3 * rounds)
+        for c, k in here:
+            seconds = statistics.median(turns[c.name])
+            rows.append({"contender": c.name, "device": c.device, "num_envs": n, "steps_per_call": k, "seconds_per_call": seconds,
+                         "env_steps_per_s": n * k / seconds, "seconds_per_call_by_round": turns[c.name]})  # fmt: skip
+            print(f"    {c.name:<44} {n * k / seconds:,.0f} env-steps/s", file=sys.stderr)
+            getattr(calls[c.name], "close", lambda: None)()
+    print(summary(rows))
+    meta = {"num_envs": num_envs, "rollout_length": rollout_length, "device": device, "rounds": rounds, "min_seconds": min_seconds}
+    report(rows, out_dir, "sampling", meta, plot=(lambda: plot_sampling(rows, out_dir)) if plot else None)
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """Env-steps/s per contender and size, and the device runner's ratios at each size."""
+    names = list(dict.fromkeys(r["contender"] for r in rows))
+    sizes = sorted({r["num_envs"] for r in rows})
+    rate = {(r["contender"], r["num_envs"]): r["env_steps_per_s"] for r in rows}
+    text = "env-steps/s (higher is better)\n" + format_table(["contender"] + [f"n={n:,}" for n in sizes],
+                                                              [[c] + [rate.get((c, n)) for n in sizes] for c in names])  # fmt: skip
+    ratios = []
+    for n in sizes:
+        ours = rate.get((DEVICE, n))
+        if ours is None:
+            continue
+        ratios.append([n, ours / rate[(ENV_ALONE, n)] if (ENV_ALONE, n) in rate else None,
+                       ours / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
+                       ours / rate[(STOCK, n)] if (STOCK, n) in rate else None])  # fmt: skip
+    headers = ["num_envs", "device runner / env alone", "our draw / RLlib's draw", "device runner / stock runner"]
+    return text + "\n\nratios of the device runner's env-steps/s\n" + format_table(headers, ratios)
+
+
+def plot_sampling(rows: list[dict], out_dir: str) -> str:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in dict.fromkeys(r["contender"] for r in rows):
+        mine = sorted((r for r in rows if r["contender"] == name), key=lambda r: r["num_envs"])
+        ax.plot([r["num_envs"] for r in mine], [r["env_steps_per_s"] for r in mine], marker="o", label=name)
+    ax.set(xscale="log", yscale="log", xlabel="num_envs", ylabel="env-steps/s", title="sample() throughput, policy included")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return save_figure(fig, out_dir, "sampling")
