@@ -10,7 +10,8 @@ queue step t+1 while the GPU still runs step t. The draws here come from the sam
 distributions, with only ops that queue work and read nothing back:
 
 - a categorical sample is the Gumbel-max: ``argmax(logits + G)`` with ``G = -log(E)``,
-  ``E ~ Exp(1)``, which is torch's own multinomial fast path without its checks;
+  ``E ~ Exp(1)``. torch's multinomial draws one sample as ``argmax(p / E)`` from the same
+  exponentials, so this picks the very actions RLlib's draw picks, without the checks;
 - a Gaussian sample is ``loc + scale * eps`` with ``eps ~ N(0, 1)``, which is ``rsample``;
 - a uniform choice among allowed actions is the Gumbel-max over the log of the mask.
 """
