@@ -2,13 +2,18 @@
 # The GPU proof in one call, for a session that has the lent GPU machine (device tool).
 #
 #   bash benchmarks/gpu_session.sh pack     # here, once: .whl/ with Ray, gymnasium and pytest
-#   # then the device call: command "bash benchmarks/gpu_session.sh run [stages]", carry [".whl"]
+#   # then one device call per stage: command "bash benchmarks/gpu_session.sh run STAGE", carry [".whl"]
 #
-# "run" installs the carried wheels, then runs the GPU tests (tests/test_gpu.py: numba-cuda and
-# torch on CUDA against the CPU, no host sync per step, PPO trained on the GPU and restored on
-# a CPU; tests/test_cuda_compile.py for the device's own compute capability), the block-size
-# search, the scaling benchmark up to 2^22 envs, the iteration breakdown and the device path's
-# time to 475. Everything lands in $OUT (the device tool returns it); the figures go into
+# "run" installs the carried wheels, then runs its stages; each fits one device call (10 min):
+#   tests     tests/test_gpu.py (both CUDA backends against the CPU for every env, no host sync
+#             per step or per rollout step, PPO trained on the GPU and restored on a CPU, two env
+#             runners sharing the GPU), the PTX compile for the device's compute capability, the
+#             simulator and host-read tests;
+#   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
+#             envs, sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown;
+#   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_1024envs.yaml), DQN, and Pendulum
+#             PPO to -300, on the device path, 3 seeds each.
+# Everything lands in $OUT (the device tool returns it); the figures go into
 # benchmarks/RESULTS.md with the GPU model and versions from machine.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,22 +31,40 @@ run)
     # Stages (default: all; one device call has 10 minutes, so split them if need be).
     stages=${2:-"tests bench training"}
     OUT=${OUT:-gpu_results}
+    # The device tool brings back at most 8 files from $OUT: results are written to $RES and
+    # packed into one archive there, $OUT/gpu_<stages>.tgz (unpack it into benchmarks/gpu/).
+    RES=$(mktemp -d)
     mkdir -p "$OUT"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-    bench() { python3 -m rllib_gpuenv.cli bench "$@" --out "$OUT" 2>>"$OUT/bench.log"; }
+    trap 'tar czf "$OUT/gpu_${stages// /_}.tgz" -C "$RES" . && echo "results: $OUT/gpu_${stages// /_}.tgz"' EXIT
+    if [ -d .whl ]; then  # the lent machine: Ray and gymnasium travel as wheels
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+        export PYTHONPATH=/tmp/site:$PWD
+    else  # a machine of your own: the python3 on PATH has everything (./run.sh's .venv/bin first on PATH)
+        export PYTHONPATH=$PWD
+    fi
+    export PYTHONUNBUFFERED=1
+    bench() {  # bench DIR NAME ARGS...: results in $RES/DIR, the table in $RES/DIR/NAME.txt and here
+        local dir=$RES/$1 name=$2; shift 2; mkdir -p "$dir"
+        python3 -m rllib_gpuenv.cli bench "$@" --plot --out "$dir" 2>>"$dir/$name.log" | tee "$dir/$name.txt" | tail -25
+    }
     {
-        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "no nvidia-smi: no GPU here"
         python3 -c "import sys, torch, numba, ray, gymnasium; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'numba', numba.__version__, 'ray', ray.__version__, 'gymnasium', gymnasium.__version__)"
-    } | tee "$OUT/machine.txt"
+    } | tee "$RES/machine.txt"
     for stage in $stages; do
         case $stage in
-        tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_cuda_compile.py tests/test_backends_agree.py tests/test_numba_cuda_sim.py 2>&1 | tee "$OUT/tests.txt" | tail -15 ;;
+        tests) python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_cuda_compile.py tests/test_host_reads.py \
+                   tests/test_backends_agree.py tests/test_numba_cuda_sim.py 2>&1 | tee "$RES/tests.txt" | tail -25 ;;
         bench)
-            bench block-size --plot --num-envs 65536,1048576,16777216 | tee "$OUT/block_size.txt" | tail -12
-            bench scaling --plot --num-envs 1024..16777216 --only numba torch | tee "$OUT/scaling.txt" | tail -25
-            bench breakdown --plot | tee "$OUT/breakdown.txt" | tail -16 ;;
-        training) bench training --plot --contenders device --budget 60 | tee "$OUT/training.txt" | tail -8 ;;
+            bench . block_size block-size --num-envs 65536,1048576,16777216
+            bench . scaling scaling --num-envs 1024..16777216 --only numba torch
+            bench . sampling sampling --num-envs 4096,65536,1048576
+            bench . breakdown breakdown ;;
+        training)
+            bench . training training --contenders device --budget 60
+            bench ppo_1024envs training training --contenders device --budget 60 --device-config configs/gpu_cartpole_ppo_1024envs.yaml
+            bench . training_dqn training --task cartpole-dqn --contenders device --budget 90
+            bench . training_pendulum training --task pendulum-ppo --contenders device --budget 90 ;;
         *) echo "unknown stage $stage (tests, bench, training)" >&2 ;;
         esac
     done

@@ -12,7 +12,7 @@ them:
   ``sample()`` (``torch.multinomial``, which on a GPU reads back from it twice a step: see
   ``rllib/action_sampling.py``);
 - "stock RLlib runner (gymnasium CartPole-v1)": RLlib's ``SingleAgentEnvRunner`` on gymnasium's
-  env, vectorised by gymnasium, as RLlib runs it by default (up to 1,024 envs: it is slow).
+  env, vectorised by gymnasium, as RLlib runs it by default (up to 4,096 envs: it is slow).
 
 A call is one ``sample()`` of ``rollout_length`` steps of every env (one ``step`` for the env
 alone, counted as such).
@@ -87,7 +87,7 @@ def contenders(device: str, rollout_length: int) -> list[tuple[Contender, int]]:
         (Contender(ENV_ALONE, _ours("GPUCartPole-v1", backend, device, reuse_outputs=True, validate_actions=False), device), 1),
         (Contender(DEVICE, _device_runner(device, rollout_length), device), rollout_length),
         (Contender(DEVICE_RLLIB_DRAW, _device_runner(device, rollout_length, rllib_draw=True), device), rollout_length),
-        (Contender(STOCK, _stock_runner(rollout_length), "cpu", max_envs=1024), rollout_length),
+        (Contender(STOCK, _stock_runner(rollout_length), "cpu", max_envs=4096), rollout_length),
     ]
 
 
