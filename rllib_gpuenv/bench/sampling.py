@@ -82,9 +82,8 @@ def _stock_runner(rollout_length: int):
 
 def contenders(device: str, rollout_length: int) -> list[tuple[Contender, int]]:
     """Each contender with the env steps per env of one call."""
-    backend = "auto"
     return [
-        (Contender(ENV_ALONE, _ours("GPUCartPole-v1", backend, device, reuse_outputs=True, validate_actions=False), device), 1),
+        (Contender(ENV_ALONE, _ours("GPUCartPole-v1", "auto", device, reuse_outputs=True, validate_actions=False), device), 1),
         (Contender(DEVICE, _device_runner(device, rollout_length), device), rollout_length),
         (Contender(DEVICE_RLLIB_DRAW, _device_runner(device, rollout_length, rllib_draw=True), device), rollout_length),
         (Contender(STOCK, _stock_runner(rollout_length), "cpu", max_envs=4096), rollout_length),
