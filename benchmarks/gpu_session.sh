@@ -53,8 +53,8 @@ run)
     } | tee "$RES/machine.txt"
     for stage in $stages; do
         case $stage in
-        tests) python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_cuda_compile.py tests/test_host_reads.py \
-                   tests/test_backends_agree.py tests/test_numba_cuda_sim.py 2>&1 | tee "$RES/tests.txt" | tail -25 ;;
+        tests) python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/backends/test_cuda_compile.py tests/rllib/test_host_reads.py \
+                   tests/backends/test_backends_agree.py tests/backends/test_numba_cuda_sim.py 2>&1 | tee "$RES/tests.txt" | tail -25 ;;
         bench)
             bench . block_size block-size --num-envs 65536,1048576,16777216
             bench . scaling scaling --num-envs 1024..16777216 --only numba torch

@@ -33,5 +33,7 @@ config = (
 algo = config.build_algo()
 for _ in range(args.iterations):
     result = algo.train()
-    print(f"iter {result['training_iteration']:3d}  return {result['env_runners'].get('episode_return_mean', float('nan')):7.1f}")
+    print(
+        f"iter {result['training_iteration']:3d}  return {result['env_runners'].get('episode_return_mean', float('nan')):7.1f}"
+    )
 algo.stop()

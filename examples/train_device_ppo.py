@@ -32,8 +32,16 @@ config = (
     .env_runners(num_env_runners=0, num_envs_per_env_runner=128)  # one runner, in this process
     .devices(learner=args.device, env_runners=args.device)
     .device_rollouts(rollout_length=16)  # 128 envs x 16 steps = 2048 env steps per iteration
-    .training(lr=2e-3, gamma=0.98, lambda_=0.8, num_epochs=4, minibatch_size=512, vf_loss_coeff=0.5,
-              vf_clip_param=float("inf"), use_kl_loss=False)  # why: configs/gpu_cartpole_ppo.yaml
+    .training(
+        lr=2e-3,
+        gamma=0.98,
+        lambda_=0.8,
+        num_epochs=4,
+        minibatch_size=512,
+        vf_loss_coeff=0.5,
+        vf_clip_param=float("inf"),
+        use_kl_loss=False,
+    )  # why: configs/gpu_cartpole_ppo.yaml
     .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
     .debugging(seed=0)
 )

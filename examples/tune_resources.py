@@ -20,7 +20,7 @@ import argparse
 import ray
 
 from rllib_gpuenv.experiments import inline_experiment
-from rllib_gpuenv.tune_resources import ResourceSpace, search_resources
+from rllib_gpuenv.experiments.tune_resources import ResourceSpace, search_resources
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--target", type=float, default=200.0)
@@ -28,11 +28,25 @@ args = parser.parse_args()
 
 ray.init(include_dashboard=False)
 experiment = inline_experiment(
-    "DevicePPO", "GPUCartPole-v1",
-    config={"seed": 0, "device_rollouts": {"rollout_length": 32}, "lr": 5e-4, "num_epochs": 8, "minibatch_size": 512,
-            "vf_clip_param": float("inf"), "use_kl_loss": False},  # why: configs/gpu_cartpole_ppo.yaml
-    stop={"env_runners/episode_return_mean": args.target}, name="tune-resources-example",
-)  # fmt: skip
-space = ResourceSpace(num_envs_per_env_runner=[64, 256], num_env_runners=[0, 1], num_gpus_per_env_runner=[0, 0.5],
-                      num_gpus_per_learner=[0, 1], time_budget_s=60)  # fmt: skip
+    "DevicePPO",
+    "GPUCartPole-v1",
+    config={
+        "seed": 0,
+        "device_rollouts": {"rollout_length": 32},
+        "lr": 5e-4,
+        "num_epochs": 8,
+        "minibatch_size": 512,
+        "vf_clip_param": float("inf"),
+        "use_kl_loss": False,
+    },  # why: configs/gpu_cartpole_ppo.yaml
+    stop={"env_runners/episode_return_mean": args.target},
+    name="tune-resources-example",
+)
+space = ResourceSpace(
+    num_envs_per_env_runner=[64, 256],
+    num_env_runners=[0, 1],
+    num_gpus_per_env_runner=[0, 0.5],
+    num_gpus_per_learner=[0, 1],
+    time_budget_s=60,
+)
 search_resources(experiment, space)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -12,7 +13,7 @@ from gymnasium.vector import VectorWrapper
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-from rllib_gpuenv.devices import resolve_device
+from rllib_gpuenv.core.devices import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +48,19 @@ class DeviceEnv(VectorWrapper):
         out = {}
         if "episode" in info:
             out = {
-                "episode": {"r": self._tensor(info["episode"]["r"], torch.float32), "l": self._tensor(info["episode"]["l"], torch.int32)},
+                "episode": {
+                    "r": self._tensor(info["episode"]["r"], torch.float32),
+                    "l": self._tensor(info["episode"]["l"], torch.int32),
+                },
                 "_episode": self._tensor(info["_episode"], torch.bool),
             }
-        return (self._tensor(obs, torch.float32), self._tensor(reward, torch.float32),
-                self._tensor(terminated, torch.bool), self._tensor(truncated, torch.bool), out)  # fmt: skip
+        return (
+            self._tensor(obs, torch.float32),
+            self._tensor(reward, torch.float32),
+            self._tensor(terminated, torch.bool),
+            self._tensor(truncated, torch.bool),
+            out,
+        )
 
 
 class RescaleObservations(VectorWrapper):
@@ -78,7 +87,10 @@ class RescaleObservations(VectorWrapper):
         self._scale = torch.as_tensor(2.0 / (hi - lo), dtype=torch.float32)
         self._center = torch.as_tensor((hi + lo) / 2.0, dtype=torch.float32)
         self.single_observation_space = gym.spaces.Box(
-            np.where(bounded, -1.0, low).astype(space.dtype), np.where(bounded, 1.0, high).astype(space.dtype), space.shape, space.dtype
+            np.where(bounded, -1.0, low).astype(space.dtype),
+            np.where(bounded, 1.0, high).astype(space.dtype),
+            space.shape,
+            space.dtype,
         )
         self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 

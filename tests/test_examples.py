@@ -6,13 +6,19 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 
 def example(name: str, *args) -> str:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", name), *args], capture_output=True, text=True,
-                         env=env, timeout=600, check=False)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", name), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -40,9 +46,16 @@ def test_write_your_own_env():
     assert len(lines) == 20 and min(returns) < -50 and returns[-1] > 0
 
 
-@pytest.mark.parametrize("name, args, expected", [
-    ("train_device_ppo.py", ["--device", "cpu", "--target", "25", "--max-iterations", "10"], "env runner on cpu, learner on cpu"),
-    ("device_env_any_gymnasium_env.py", ["--iterations", "1"], "iter   1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, args, expected",
+    [
+        (
+            "train_device_ppo.py",
+            ["--device", "cpu", "--target", "25", "--max-iterations", "10"],
+            "env runner on cpu, learner on cpu",
+        ),
+        ("device_env_any_gymnasium_env.py", ["--iterations", "1"], "iter   1"),
+    ],
+)
 def test_training_examples(name, args, expected):
     assert expected in example(name, *args)

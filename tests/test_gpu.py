@@ -11,8 +11,8 @@ import warnings
 import pytest
 import torch
 
-from conftest import run_python
 from rllib_gpuenv import ENV_DEFS, make_vector_env
+from tests.helpers import run_python
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -66,9 +66,9 @@ def test_a_step_stays_on_the_gpu_without_a_host_sync(backend, env_id):
 
 def gpu_syncs_per_sample(file: str, rollout_length: int) -> int:
     """Host syncs torch reports during one ``sample()`` of the device runner, all on the GPU."""
-    from rllib_gpuenv.config_files import config_file
+    from rllib_gpuenv.experiments import load_config
+    from rllib_gpuenv.experiments.shipped import config_file
     from rllib_gpuenv.rllib import DeviceEnvRunner
-    from rllib_gpuenv.train import load_config
 
     config = load_config(config_file(file), device="cuda", seed=0).config.copy(copy_frozen=False)
     config.env_runners(num_envs_per_env_runner=1024).device_rollouts(rollout_length=rollout_length)
@@ -96,7 +96,7 @@ def test_a_rollout_waits_for_the_gpu_per_rollout_not_per_step(file):
 def test_two_env_runners_share_one_gpu():
     import ray
 
-    from rllib_gpuenv.train import cartpole_config
+    from rllib_gpuenv.experiments import cartpole_config
 
     ray.init(num_cpus=3, num_gpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     config = cartpole_config(seed=0).env_runners(num_env_runners=2, num_gpus_per_env_runner=0.5, num_cpus_per_env_runner=1)
@@ -115,7 +115,7 @@ def test_two_env_runners_share_one_gpu():
 def test_device_ppo_trains_on_the_gpu_and_its_checkpoint_restores_without_one(tmp_path):
     import ray
 
-    from rllib_gpuenv.train import cartpole_config
+    from rllib_gpuenv.experiments import cartpole_config
 
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     algo = cartpole_config(seed=0).build_algo()  # device "auto": the GPU

@@ -30,8 +30,15 @@ def available_backends(device: torch.device) -> list[str]:
     return names
 
 
-def make_backend(name: str, env: BoundEnv, num_envs: int, device: torch.device, dtype: torch.dtype,
-                 threads_per_block: int | None = None, num_threads: int | None = None) -> Backend:  # fmt: skip
+def make_backend(
+    name: str,
+    env: BoundEnv,
+    num_envs: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    threads_per_block: int | None = None,
+    num_threads: int | None = None,
+) -> Backend:
     """Build a backend by name; ``"auto"`` picks numba-cuda on a GPU, numba-cpu on the CPU (and
     ignores the other backend's settings, so that one config runs on either)."""
     if name == "auto":

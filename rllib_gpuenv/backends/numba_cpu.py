@@ -51,8 +51,26 @@ FASTMATH = {"contract", "arcp", "reassoc", "afn"}
 BEGIN_EPISODE = ADVANCE_ENV = None  # bound per env
 
 
-def step_all(actions, state, steps, prev_done, done_words, episode, ep_return, obs, reward,
-             terminated, truncated, final_return, final_length, final_mask, seed32, lows, highs, max_steps):  # fmt: skip
+def step_all(
+    actions,
+    state,
+    steps,
+    prev_done,
+    done_words,
+    episode,
+    ep_return,
+    obs,
+    reward,
+    terminated,
+    truncated,
+    final_return,
+    final_length,
+    final_mask,
+    seed32,
+    lows,
+    highs,
+    max_steps,
+):
     n = state.shape[1]
     for w in prange(done_words.shape[0]):  # done_words views prev_done[:8 * len] as words
         if done_words[w]:
@@ -63,8 +81,22 @@ def step_all(actions, state, steps, prev_done, done_words, episode, ep_return, o
         if prev_done[i]:
             BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
     for i in prange(n):
-        ADVANCE_ENV(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
-                    final_return, final_length, final_mask, max_steps)  # fmt: skip
+        ADVANCE_ENV(
+            i,
+            actions,
+            state,
+            steps,
+            prev_done,
+            ep_return,
+            obs,
+            reward,
+            terminated,
+            truncated,
+            final_return,
+            final_length,
+            final_mask,
+            max_steps,
+        )
 
 
 _KERNELS: dict = {}
@@ -94,8 +126,8 @@ def _kernel_array(tensor: torch.Tensor) -> np.ndarray:
 def _new_outputs(like: StepOutputs) -> tuple[StepOutputs, dict[str, np.ndarray]]:
     """New output tensors shaped like ``like``, and their kernel views.
 
-    numpy allocates them and torch shares the memory: 7 ``np.empty`` + ``torch.from_numpy``
-    take ~8 µs, 7 ``torch.empty`` + ``.numpy()`` ~22 µs, in a step of ~300 µs at 65,536 envs.
+    numpy allocates them and torch shares the memory, which costs a third of the other way
+    round (benchmarks/RESULTS.md, "How numba-cpu got to 9x gymnasium": "Allocation").
     """
     arrays, tensors = {}, []
     for name, t in zip(StepOutputs._fields, like):
@@ -229,7 +261,9 @@ class NumbaCPUBackend(Backend):
                 self._tuner.record(threads, time.perf_counter() - start)
         else:  # the first step compiles the kernel, or loads it from numba's cache: say which
             use_threads(self.num_threads)
-            log_first_call(self._kernel, args, f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})")
+            log_first_call(
+                self._kernel, args, f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})"
+            )
             self._compiled = True
         return outputs
 

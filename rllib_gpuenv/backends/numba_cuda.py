@@ -21,7 +21,7 @@ from numba import cuda
 from rllib_gpuenv.backends.base import Backend
 from rllib_gpuenv.backends.compile_log import log_first_call
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
-from rllib_gpuenv.core.jit import bind, use_numba, cuda_device_functions
+from rllib_gpuenv.core.jit import bind, cuda_device_functions, use_numba
 from rllib_gpuenv.core.step import BoundEnv, KernelArguments
 
 logger = logging.getLogger(__name__)
@@ -32,21 +32,56 @@ DEFAULT_THREADS_PER_BLOCK = 256
 BEGIN_EPISODE = ADVANCE_ENV = None  # bound per env
 
 
-def step_one_env(actions, state, steps, prev_done, episode, ep_return, obs, reward, terminated, truncated,
-                 final_return, final_length, final_mask, seed32, lows, highs, max_steps):  # fmt: skip
+def step_one_env(
+    actions,
+    state,
+    steps,
+    prev_done,
+    episode,
+    ep_return,
+    obs,
+    reward,
+    terminated,
+    truncated,
+    final_return,
+    final_length,
+    final_mask,
+    seed32,
+    lows,
+    highs,
+    max_steps,
+):
     i = cuda.grid(1)
     if i < state.shape[1]:
         if prev_done[i]:
             BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
-        ADVANCE_ENV(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
-                    final_return, final_length, final_mask, max_steps)  # fmt: skip
+        ADVANCE_ENV(
+            i,
+            actions,
+            state,
+            steps,
+            prev_done,
+            ep_return,
+            obs,
+            reward,
+            terminated,
+            truncated,
+            final_return,
+            final_length,
+            final_mask,
+            max_steps,
+        )
 
 
 def kernel_source(env: BoundEnv, dtype: torch.dtype):
     """The Python function ``cuda.jit`` compiles for ``env`` and ``dtype`` (device functions bound)."""
     begin_episode, advance_env = env.kernel_functions(dtype)
-    fn = bind(step_one_env, name=f"step_one_env__{env.definition.id.replace('-', '_')}",
-              BEGIN_EPISODE=begin_episode, ADVANCE_ENV=advance_env)  # fmt: skip
+    fn = bind(
+        step_one_env,
+        name=f"step_one_env__{env.definition.id.replace('-', '_')}",
+        BEGIN_EPISODE=begin_episode,
+        ADVANCE_ENV=advance_env,
+    )
     return cuda_device_functions(fn)
 
 
@@ -78,8 +113,14 @@ def _as_kernel_array(tensor: torch.Tensor):
 class NumbaCUDABackend(Backend):
     name = "numba-cuda"
 
-    def __init__(self, env: BoundEnv, num_envs: int, device: torch.device, dtype: torch.dtype,
-                 threads_per_block: int = DEFAULT_THREADS_PER_BLOCK):  # fmt: skip
+    def __init__(
+        self,
+        env: BoundEnv,
+        num_envs: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        threads_per_block: int = DEFAULT_THREADS_PER_BLOCK,
+    ):
         if not cuda_available():
             raise RuntimeError(
                 "backend 'numba-cuda' needs a CUDA GPU that numba can use, and none was found "

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
-from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, synchronize
+from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, synchronize
+from rllib_gpuenv.experiments.progress import format_table
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +40,20 @@ def search_threads_per_block(
     right block size is found by measuring, as the CS267 paper did. Each candidate steps a
     fresh env ``steps`` times with actions from a pre-made pool, timed after a warm-up.
     """
-    from rllib_gpuenv import make_vector_env
+    from rllib_gpuenv.envs import make_vector_env
 
     results = []
     for tpb in candidates:
-        env = make_vector_env(env_id, num_envs, backend="numba-cuda", device=device, dtype=dtype,
-                              threads_per_block=tpb, reuse_outputs=True, validate_actions=False)  # fmt: skip
+        env = make_vector_env(
+            env_id,
+            num_envs,
+            backend="numba-cuda",
+            device=device,
+            dtype=dtype,
+            threads_per_block=tpb,
+            reuse_outputs=True,
+            validate_actions=False,
+        )
         env.reset(seed=0)
         pool = torch.stack([torch.as_tensor(env.action_space.sample()) for _ in range(8)]).to(env.device)
         for t in range(3):  # warm-up: compile and fill caches
@@ -61,7 +70,9 @@ def search_threads_per_block(
     return sorted(results, key=lambda r: -r.env_steps_per_second)
 
 
-def run(num_envs: list[int], candidates: list[int], steps: int = 200, out_dir: str = "bench_results", plot: bool = False) -> list[dict]:
+def run(
+    num_envs: list[int], candidates: list[int], steps: int = 200, out_dir: str = "bench_results", plot: bool = False
+) -> list[dict]:
     from rllib_gpuenv.backends.numba_cuda import SIMULATED, cuda_available
 
     if not cuda_available():
@@ -71,12 +82,17 @@ def run(num_envs: list[int], candidates: list[int], steps: int = 200, out_dir: s
     for n in num_envs:
         print(f"  num_envs={n:>9,} ...", file=sys.stderr, flush=True)
         for result in search_threads_per_block(n, candidates, steps=steps, device=device):
-            rows.append({"num_envs": n, "threads_per_block": result.threads_per_block, "env_steps_per_s": result.env_steps_per_second})
+            rows.append(
+                {"num_envs": n, "threads_per_block": result.threads_per_block, "env_steps_per_s": result.env_steps_per_second}
+            )
     rate = {(r["num_envs"], r["threads_per_block"]): r["env_steps_per_s"] for r in rows}
     table = [[tpb] + [rate.get((n, tpb)) for n in num_envs] for tpb in candidates]
     best = [[n, max(candidates, key=lambda t: rate.get((n, t), 0))] for n in num_envs]
     note = " (CUDA SIMULATOR: timings mean nothing)" if SIMULATED else ""
-    print(f"env-steps/s by threads per block{note}\n" + format_table(["threads_per_block"] + [f"n={n:,}" for n in num_envs], table))
+    print(
+        f"env-steps/s by threads per block{note}\n"
+        + format_table(["threads_per_block"] + [f"n={n:,}" for n in num_envs], table)
+    )
     print("\nbest threads per block\n" + format_table(["num_envs", "threads_per_block"], best))
     meta = {"num_envs": num_envs, "candidates": candidates, "simulated": SIMULATED, "best": best}
     report(rows, out_dir, "block_size", meta, plot=(lambda: plot_block_size(rows, out_dir)) if plot else None)
@@ -89,9 +105,26 @@ def plot_block_size(rows: list[dict], out_dir: str) -> str:
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for n in sorted({r["num_envs"] for r in rows}):
         mine = sorted((r for r in rows if r["num_envs"] == n), key=lambda r: r["threads_per_block"])
-        ax.plot([r["threads_per_block"] for r in mine], [r["env_steps_per_s"] for r in mine], marker="o", label=f"num_envs={n:,}")
-    ax.set(xscale="log", yscale="log", xlabel="threads per block", ylabel="env-steps / s", title="numba-cuda kernel: block size")
-    ax.set_xticks(sorted({r["threads_per_block"] for r in rows}), labels=[str(t) for t in sorted({r["threads_per_block"] for r in rows})])
+        ax.plot(
+            [r["threads_per_block"] for r in mine], [r["env_steps_per_s"] for r in mine], marker="o", label=f"num_envs={n:,}"
+        )
+    ax.set(
+        xscale="log", yscale="log", xlabel="threads per block", ylabel="env-steps / s", title="numba-cuda kernel: block size"
+    )
+    ax.set_xticks(
+        sorted({r["threads_per_block"] for r in rows}), labels=[str(t) for t in sorted({r["threads_per_block"] for r in rows})]
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, out_dir, "block_size")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--num-envs", help="sizes (default 4096,65536,1048576,4194304)")
+    parser.add_argument("--candidates", default="32,64,128,256,512,1024", help="threads-per-block values")
+    parser.add_argument("--steps", type=int, default=200, help="steps timed per point")
+
+
+def run_from_args(args) -> None:
+    sizes = parse_sizes(args.num_envs or "4096,65536,1048576,4194304")
+    run(sizes, parse_sizes(args.candidates), steps=args.steps, out_dir=args.out, plot=args.plot)

@@ -35,12 +35,21 @@ import time
 
 import torch
 
-from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, synchronize
+from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
+from rllib_gpuenv.experiments.progress import format_table
 
 # How the table and the plot name a part where the key alone would mislead.
 LABELS = {"advantages (GAE)": "training data: GAE (PPO), n-step + replay buffer (DQN)"}
-PARTS = ["env stepping", "policy inference", "host<->device + connectors", "advantages (GAE)",
-         "rest of sampling (rollout loop, episodes)", "learner update", "weight sync", "other (results, metrics)"]  # fmt: skip
+PARTS = [
+    "env stepping",
+    "policy inference",
+    "host<->device + connectors",
+    "advantages (GAE)",
+    "rest of sampling (rollout loop, episodes)",
+    "learner update",
+    "weight sync",
+    "other (results, metrics)",
+]
 
 
 def _timed(fn, device, repeat: int = 3, make_input=None) -> float:
@@ -159,25 +168,41 @@ def _split(whole: float, pieces: dict[str, float]) -> tuple[dict[str, float], fl
 
 # The device path's settings per algorithm (a ``configs/`` file), with the env the run asks for;
 # an algorithm and env with a file of their own use it (Pendulum's PPO).
-DEVICE_CONFIG_FILES = {("DevicePPO", "GPUPendulum-v1"): "gpu_pendulum_ppo.yaml", "DevicePPO": "gpu_cartpole_ppo.yaml",
-                       "DeviceDQN": "gpu_cartpole_dqn.yaml"}  # fmt: skip
+DEVICE_CONFIG_FILES = {
+    ("DevicePPO", "GPUPendulum-v1"): "gpu_pendulum_ppo.yaml",
+    "DevicePPO": "gpu_cartpole_ppo.yaml",
+    "DeviceDQN": "gpu_cartpole_dqn.yaml",
+}
 DEFAULT_ENV = "GPUCartPole-v1"
 # What the PPO update of the stock runner's row takes from the device path's config (Pendulum's
 # file trains 10 epochs of 256, CartPole's 4 of 512: the update would differ 3x otherwise).
-PPO_UPDATE_SETTINGS = ("num_epochs", "minibatch_size", "lr", "gamma", "lambda_", "clip_param", "grad_clip", "entropy_coeff",
-                       "vf_loss_coeff", "vf_clip_param", "use_kl_loss")  # fmt: skip
+PPO_UPDATE_SETTINGS = (
+    "num_epochs",
+    "minibatch_size",
+    "lr",
+    "gamma",
+    "lambda_",
+    "clip_param",
+    "grad_clip",
+    "entropy_coeff",
+    "vf_loss_coeff",
+    "vf_clip_param",
+    "use_kl_loss",
+)
 
 
 def device_config(algo: str, env: str, device: str | None, num_envs: int, rollout_length: int, config_file: str | None = None):
     """The device path's config: ``config_file`` (default: the algorithm's shipped file) on
     ``env``, with the breakdown's shapes and device."""
-    from rllib_gpuenv.config_files import config_file as shipped
-    from rllib_gpuenv.train import load_config
+    from rllib_gpuenv.experiments import load_config
+    from rllib_gpuenv.experiments.shipped import config_file as shipped
 
     if config_file is None:
         name = DEVICE_CONFIG_FILES.get((algo, env)) or DEVICE_CONFIG_FILES.get(algo)
         if name is None:
-            raise ValueError(f"--algo {algo}: the breakdown knows {', '.join(k for k in DEVICE_CONFIG_FILES if isinstance(k, str))}")
+            raise ValueError(
+                f"--algo {algo}: the breakdown knows {', '.join(k for k in DEVICE_CONFIG_FILES if isinstance(k, str))}"
+            )
         config_file = shipped(name)
     experiment = load_config(config_file, device=device, seed=0)
     if experiment.config.algo_class.__name__ != algo:
@@ -193,65 +218,24 @@ def device_path(config, iterations: int) -> dict:
     """One row: the device path's iteration in parts. PPO's training data is its advantages
     (values + GAE on the learner, part of its update); DQN's is its n-step transitions and
     the replay buffer's adds and draws (between sampling and the update)."""
-    from rllib_gpuenv.rllib import dqn
-    from rllib_gpuenv.rllib.ppo import DevicePPO, rollout_batch
+    from rllib_gpuenv.rllib.ppo import DevicePPO
 
     algo = config.build_algo()
-    is_ppo = isinstance(algo, DevicePPO)
-    num_envs, T = config.num_envs_per_env_runner, config.rollout_length
     try:
-        runner = algo.env_runner
-        dev = runner._device
-        learner = algo.learner_group._learner
-        learner_device = learner._device
-        clock = PhaseClock(dev)
-        clock.wrap(runner, "sample", "sampling")  # the training step's phases
-        clock.wrap(runner, "get_metrics", "sampling")
-        clock.wrap(algo.env_runner_group, "sync_weights", "sync")
-        if is_ppo:
-            clock.wrap(algo, "update_learners", "update")
-        else:
-            clock.wrap(algo.learner_group, "update", "update")
-            clock.wrap(dqn, "n_step_transitions", "training data")
-        try:
-            algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)
-            if not is_ppo:
-                clock.wrap(algo._device_buffer, "add", "training data")
-                clock.wrap(algo._device_buffer, "sample", "training data")
-            seconds, phases, results, gpu = _train(algo, iterations, clock)
-        finally:
-            clock.unwrap()  # dqn.n_step_transitions is the module's own function again
-
-        # The sampling phase's pieces, each timed in isolation with the iteration's shapes.
-        obs, _ = runner.env.reset(seed=0)
-        with torch.no_grad():
-            actions = runner._actions_for_env(runner._act(obs, True, 0)[0])  # what the env gets: any action space
-
-        def stepping():
-            for _ in range(T):
-                runner.env.step(actions)
-
-        @torch.no_grad()
-        def inference():
-            for _ in range(T):
-                runner._act(obs, True, 0)
-
+        runner, learner = algo.env_runner, algo.learner_group._learner
+        is_ppo = isinstance(algo, DevicePPO)
+        seconds, phases, results, gpu = _time_device_phases(algo, iterations, is_ppo)
         # An iteration (one train()) samples one rollout for PPO, several for DQN (RLlib's
         # min_sample_timesteps_per_iteration): the pieces count as many rollouts.
         steps = statistics.fmean(r["env_runners"]["num_env_steps_sampled"] for r in results)
-        rollouts = steps / (num_envs * T)
-        sampling, sampling_rest, sampling_scale = _split(phases["sampling"], {
-            "env stepping": _timed(stepping, dev) * rollouts,
-            "policy inference": _timed(inference, dev) * rollouts,
-        })  # fmt: skip
+        rollouts = steps / (config.num_envs_per_env_runner * config.rollout_length)
+        sampling, sampling_rest, sampling_scale = _split(
+            phases["sampling"], _device_sampling_pieces(runner, config.rollout_length, rollouts)
+        )
         if is_ppo:
-            # The update phase's pieces: the rollout crossing to the learner's device (where it is
-            # another one), and the critic's values and GAE the learner computes before RLlib's update.
-            rollout = runner.sample()
-            pieces = {"advantages (values + GAE)": _timed(lambda: learner._with_advantages(rollout_batch(rollout), T), learner_device)}
-            if torch.device(learner_device) != dev:
-                pieces["host<->device + connectors"] = _timed(lambda: rollout.to(learner_device), dev)
-            update, update_rest, update_scale = _split(phases["update"], pieces)
+            update, update_rest, update_scale = _split(
+                phases["update"], _ppo_update_pieces(runner, learner, config.rollout_length)
+            )
             training_data, copies = update["advantages (values + GAE)"], update.get("host<->device + connectors", 0.0)
         else:
             update_rest, update_scale, copies = phases.get("update", 0.0), 1.0, 0.0
@@ -267,37 +251,103 @@ def device_path(config, iterations: int) -> dict:
         scales = {"sampling": sampling_scale, "update": update_scale}
         name, env = type(algo).__name__, _env_name(config.env)
         setup = "ours: device path" + ("" if (name, env) == ("DevicePPO", DEFAULT_ENV) else f" ({name}, {env})")
-        return {**_row(setup, str(dev), str(learner_device), round(steps), seconds, parts, scales, gpu), "update": _update(config)}
+        row = _row(setup, str(runner._device), str(learner._device), round(steps), seconds, parts, scales, gpu)
+        return {**row, "update": _update(config)}
     finally:
         algo.stop()
+
+
+def _time_device_phases(algo, iterations: int, is_ppo: bool):
+    """``_train`` with the device path's training-step phases timed where they run."""
+    from rllib_gpuenv.rllib import dqn
+
+    runner = algo.env_runner
+    clock = PhaseClock(runner._device)
+    clock.wrap(runner, "sample", "sampling")
+    clock.wrap(runner, "get_metrics", "sampling")
+    clock.wrap(algo.env_runner_group, "sync_weights", "sync")
+    if is_ppo:
+        clock.wrap(algo, "update_learners", "update")
+    else:
+        clock.wrap(algo.learner_group, "update", "update")
+        clock.wrap(dqn, "n_step_transitions", "training data")
+    try:
+        algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)
+        if not is_ppo:
+            clock.wrap(algo._device_buffer, "add", "training data")
+            clock.wrap(algo._device_buffer, "sample", "training data")
+        return _train(algo, iterations, clock)
+    finally:
+        clock.unwrap()  # dqn.n_step_transitions is the module's own function again
+
+
+def _device_sampling_pieces(runner, T: int, rollouts: float) -> dict[str, float]:
+    """The sampling phase's pieces, each timed in isolation with the iteration's shapes."""
+    obs, _ = runner.env.reset(seed=0)
+    with torch.no_grad():
+        actions = runner._actions_for_env(runner._act(obs, True, 0)[0])  # what the env gets: any action space
+
+    def stepping():
+        for _ in range(T):
+            runner.env.step(actions)
+
+    @torch.no_grad()
+    def inference():
+        for _ in range(T):
+            runner._act(obs, True, 0)
+
+    return {
+        "env stepping": _timed(stepping, runner._device) * rollouts,
+        "policy inference": _timed(inference, runner._device) * rollouts,
+    }
+
+
+def _ppo_update_pieces(runner, learner, T: int) -> dict[str, float]:
+    """The PPO update phase's pieces: the critic's values and GAE the learner computes before
+    RLlib's update, and the rollout crossing to the learner's device (where it is another one)."""
+    from rllib_gpuenv.rllib.ppo import rollout_batch
+
+    rollout = runner.sample()
+    pieces = {
+        "advantages (values + GAE)": _timed(lambda: learner._with_advantages(rollout_batch(rollout), T), learner._device)
+    }
+    if torch.device(learner._device) != runner._device:
+        pieces["host<->device + connectors"] = _timed(lambda: rollout.to(learner._device), runner._device)
+    return pieces
 
 
 def _env_name(env) -> str:
     return str(env).split(":", 1)[-1]
 
 
-def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str = DEFAULT_ENV, learning=None) -> dict:
-    """One row: RLlib's stock runner on ``env``, with the PPO update of ``learning`` (the device
-    path's config; default the main job's), so that only the runner differs."""
+def stock_config(num_envs: int, rollout_length: int, env: str = DEFAULT_ENV, learning=None):
+    """RLlib's stock runner on ``env`` with the PPO update of ``learning`` (the device path's
+    config; default the main job's), so that only the runner differs."""
     from ray.rllib.callbacks.callbacks import RLlibCallback
-    from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
-    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-    from rllib_gpuenv.config_files import config_file
-    from rllib_gpuenv.experiments import load_experiments
-    from rllib_gpuenv.train import cartpole_config
+    from rllib_gpuenv.experiments import cartpole_config, load_experiments
+    from rllib_gpuenv.experiments.shipped import config_file
 
     (experiment,) = load_experiments(config_file("gpu_cartpole_stock_runner.yaml"))
     steps = num_envs * rollout_length
-    learning = learning or cartpole_config()  # the same PPO update as the device path
+    learning = learning or cartpole_config()
     update = {name: getattr(learning, name) for name in PPO_UPDATE_SETTINGS}
     update["minibatch_size"] = min(steps, learning.minibatch_size)
-    config = experiment.config.environment(f"rllib_gpuenv:{env}").env_runners(num_envs_per_env_runner=num_envs).training(
-        train_batch_size_per_learner=steps, **update
-    ).rl_module(model_config=learning.model_config)
+    config = (
+        experiment.config.environment(f"rllib_gpuenv:{env}")
+        .env_runners(num_envs_per_env_runner=num_envs)
+        .training(train_batch_size_per_learner=steps, **update)
+        .rl_module(model_config=learning.model_config)
+    )
     # RLlib's runner as it ships: without the config file's episode-copy callback (which only
     # corrects its episode-length metrics and costs ~70 µs per episode chunk).
-    config.callbacks(RLlibCallback)
+    return config.callbacks(RLlibCallback)
+
+
+def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str = DEFAULT_ENV, learning=None) -> dict:
+    """One row: RLlib's stock runner on ``env`` (``stock_config``)."""
+    config = stock_config(num_envs, rollout_length, env, learning)
+    steps = num_envs * rollout_length
     algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
@@ -309,27 +359,8 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str =
         clock.wrap(algo.env_runner_group, "sync_weights", "sync")
         algo.train()
         seconds, phases, results, gpu = _train(algo, iterations, clock)
-        runners = _mean(results, "env_runners")
-        calls = steps / num_envs  # env.step() calls per iteration
-        sampling, sampling_rest, sampling_scale = _split(phases["sampling"], {
-            "env stepping": runners["env_step_timer"] * calls,
-            "policy inference": runners["rlmodule_inference_timer"] * calls,
-            "host<->device + connectors": (runners["env_to_module_connector/connector_pipeline_timer"]
-                                           + runners["module_to_env_connector/connector_pipeline_timer"]) * calls,
-        })  # fmt: skip
-
-        # GAE's share of the learner connector, from calls on freshly sampled episodes (the
-        # connector extends them in place), each with its own metrics.
-        gae_seconds = []
-
-        def learner_connector(episodes):
-            metrics = MetricsLogger()
-            learner._learner_connector._target(rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=metrics)
-            gae_seconds.append(metrics.peek((ALL_MODULES, LEARNER_CONNECTOR, TIMERS, CONNECTOR_TIMERS, "general_advantage_estimation")))
-
-        connector_alone = _timed(learner_connector, "cpu", make_input=lambda: algo.env_runner.sample(num_timesteps=steps))
-        gae_share = min(1.0, (sum(gae_seconds[1:]) / len(gae_seconds[1:])) / connector_alone)  # without the warm-up call
-        connector = phases["learner connector"]
+        sampling, sampling_rest, sampling_scale = _split(phases["sampling"], _stock_sampling_pieces(results, steps / num_envs))
+        connector, gae_share = phases["learner connector"], _gae_share(algo, steps)
         parts = {
             **sampling,
             "rest of sampling (rollout loop, episodes)": sampling_rest,
@@ -340,9 +371,48 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str =
         }
         device = "cuda" if torch.cuda.is_available() and config.num_gpus_per_learner else "cpu"
         setup = "RLlib stock runner, our env" + ("" if env == DEFAULT_ENV else f" ({env})")
-        return {**_row(setup, "cpu (numpy)", device, steps, seconds, parts, {"sampling": sampling_scale}, gpu), "update": _update(config)}
+        return {
+            **_row(setup, "cpu (numpy)", device, steps, seconds, parts, {"sampling": sampling_scale}, gpu),
+            "update": _update(config),
+        }
     finally:
         algo.stop()
+
+
+def _stock_sampling_pieces(results: list[dict], calls: float) -> dict[str, float]:
+    """The stock runner's sampling pieces, from RLlib's per-step timers over ``calls`` env steps."""
+    runners = _mean(results, "env_runners")
+    connectors = (
+        runners["env_to_module_connector/connector_pipeline_timer"]
+        + runners["module_to_env_connector/connector_pipeline_timer"]
+    )
+    return {
+        "env stepping": runners["env_step_timer"] * calls,
+        "policy inference": runners["rlmodule_inference_timer"] * calls,
+        "host<->device + connectors": connectors * calls,
+    }
+
+
+def _gae_share(algo, steps: int) -> float:
+    """GAE's share of the learner connector, from calls on freshly sampled episodes (the
+    connector extends them in place), each with its own metrics."""
+    from ray.rllib.utils.metrics import ALL_MODULES, CONNECTOR_TIMERS, LEARNER_CONNECTOR, TIMERS
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+    learner = algo.learner_group._learner
+    gae_seconds = []
+
+    def learner_connector(episodes):
+        metrics = MetricsLogger()
+        learner._learner_connector._target(
+            rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=metrics
+        )
+        gae_seconds.append(
+            metrics.peek((ALL_MODULES, LEARNER_CONNECTOR, TIMERS, CONNECTOR_TIMERS, "general_advantage_estimation"))
+        )
+
+    connector_alone = _timed(learner_connector, "cpu", make_input=lambda: algo.env_runner.sample(num_timesteps=steps))
+    return min(1.0, (sum(gae_seconds[1:]) / len(gae_seconds[1:])) / connector_alone)  # without the warm-up call
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -365,7 +435,9 @@ def _update(config) -> dict:
     from ray.rllib.algorithms.ppo import PPOConfig
 
     # Every AlgorithmConfig has num_epochs (DQN's is an unused 1): ask which algorithm it is.
-    names = PPO_UPDATE_SETTINGS[:2] if isinstance(config, PPOConfig) else ("train_batch_size_per_learner", "training_intensity")
+    names = (
+        PPO_UPDATE_SETTINGS[:2] if isinstance(config, PPOConfig) else ("train_batch_size_per_learner", "training_intensity")
+    )
     return {name: getattr(config, name) for name in names}
 
 
@@ -373,14 +445,30 @@ def _row(setup, runner_device, learner_device, steps, seconds, parts, scales, gp
     """One setup's row; "other" is what the timed phases leave of the iteration, so the parts sum to it."""
     parts = {p: parts.get(p, 0.0) for p in PARTS[:-1]}
     parts[PARTS[-1]] = max(0.0, seconds - sum(parts.values()))
-    return {"setup": setup, "runner_device": runner_device, "learner_device": learner_device, "env_steps_per_iteration": steps,
-            "seconds_per_iteration": seconds, "env_steps_per_s": steps / seconds, "gpu_utilisation_pct": gpu,
-            **{f"scale_{k}": v for k, v in scales.items()}, **{f"s_{p}": parts[p] for p in PARTS}}  # fmt: skip
+    return {
+        "setup": setup,
+        "runner_device": runner_device,
+        "learner_device": learner_device,
+        "env_steps_per_iteration": steps,
+        "seconds_per_iteration": seconds,
+        "env_steps_per_s": steps / seconds,
+        "gpu_utilisation_pct": gpu,
+        **{f"scale_{k}": v for k, v in scales.items()},
+        **{f"s_{p}": parts[p] for p in PARTS},
+    }
 
 
-def run(num_envs: int = 128, rollout_length: int = 32, iterations: int = 5, device: str | None = None,
-        out_dir: str = "bench_results", plot: bool = False, algo: str = "DevicePPO", env: str = DEFAULT_ENV,
-        config_file: str | None = None) -> list[dict]:  # fmt: skip
+def run(
+    num_envs: int = 128,
+    rollout_length: int = 32,
+    iterations: int = 5,
+    device: str | None = None,
+    out_dir: str = "bench_results",
+    plot: bool = False,
+    algo: str = "DevicePPO",
+    env: str = DEFAULT_ENV,
+    config_file: str | None = None,
+) -> list[dict]:
     """The device path's iteration in parts, and for PPO RLlib's stock runner's beside it (its
     DQN has another training step, with RLlib's episode replay buffer: not compared here)."""
     import ray
@@ -393,8 +481,10 @@ def run(num_envs: int = 128, rollout_length: int = 32, iterations: int = 5, devi
     if algo == "DevicePPO":
         print("  stock runner ...", file=sys.stderr, flush=True)
         rows.append(stock_runner(num_envs, rollout_length, iterations, env, learning=config))
-    print(f"one {algo} iteration on {env} of {rows[0]['env_steps_per_iteration']:,} env steps (rollouts of {num_envs} envs x {rollout_length} steps)\n"
-          + table(rows))  # fmt: skip
+    print(
+        f"one {algo} iteration on {env} of {rows[0]['env_steps_per_iteration']:,} env steps (rollouts of {num_envs} envs x "
+        f"{rollout_length} steps)\n" + table(rows)
+    )
     meta = {"algo": algo, "env": env, "num_envs": num_envs, "rollout_length": rollout_length, "iterations": iterations}
     name = "breakdown" if (algo, env) == ("DevicePPO", DEFAULT_ENV) else f"breakdown_{algo}_{env}"
     report(rows, out_dir, name, meta, plot=(lambda: plot_breakdown(rows, out_dir, name)) if plot else None)
@@ -404,12 +494,21 @@ def run(num_envs: int = 128, rollout_length: int = 32, iterations: int = 5, devi
 def table(rows: list[dict]) -> str:
     """The parts in ms and % of the iteration (they sum to it), the iteration, and how sampling was split."""
     headers = ["part"] + [r["setup"] for r in rows]
-    lines = [[LABELS.get(p, p)] + [f"{r[f's_{p}'] * 1e3:.1f} ms ({100 * r[f's_{p}'] / r['seconds_per_iteration']:.0f}%)" for r in rows] for p in PARTS]
-    lines += [["iteration (sum of the parts)", *(f"{r['seconds_per_iteration'] * 1e3:.1f} ms" for r in rows)],
-              ["env-steps/s", *(f"{r['env_steps_per_s']:,.0f}" for r in rows)],
-              ["devices (runner / learner)", *(f"{r['runner_device']} / {r['learner_device']}" for r in rows)],
-              ["GPU utilisation", *("n/a" if r["gpu_utilisation_pct"] is None else f"{r['gpu_utilisation_pct']:.0f}%" for r in rows)],
-              ["sampling pieces scaled by", *(f"{r.get('scale_sampling', 1.0):.2f}" for r in rows)]]  # fmt: skip
+    lines = [
+        [LABELS.get(p, p)]
+        + [f"{r[f's_{p}'] * 1e3:.1f} ms ({100 * r[f's_{p}'] / r['seconds_per_iteration']:.0f}%)" for r in rows]
+        for p in PARTS
+    ]
+    lines += [
+        ["iteration (sum of the parts)", *(f"{r['seconds_per_iteration'] * 1e3:.1f} ms" for r in rows)],
+        ["env-steps/s", *(f"{r['env_steps_per_s']:,.0f}" for r in rows)],
+        ["devices (runner / learner)", *(f"{r['runner_device']} / {r['learner_device']}" for r in rows)],
+        [
+            "GPU utilisation",
+            *("n/a" if r["gpu_utilisation_pct"] is None else f"{r['gpu_utilisation_pct']:.0f}%" for r in rows),
+        ],
+        ["sampling pieces scaled by", *(f"{r.get('scale_sampling', 1.0):.2f}" for r in rows)],
+    ]
     return format_table(headers, lines)
 
 
@@ -427,6 +526,46 @@ def plot_breakdown(rows: list[dict], out_dir: str, name: str = "breakdown") -> s
     for y, r in enumerate(rows[::-1]):
         ax.text(r["seconds_per_iteration"] * 1e3, y, f"  {r['seconds_per_iteration'] * 1e3:.0f} ms", va="center", fontsize=9)
     ax.set_xlim(0, max(r["seconds_per_iteration"] for r in rows) * 1e3 * 1.15)
-    ax.set(xlabel="ms per training iteration (the parts sum to the iteration)", title="Where the time of a training iteration goes")
+    ax.set(
+        xlabel="ms per training iteration (the parts sum to the iteration)",
+        title="Where the time of a training iteration goes",
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return save_figure(fig, out_dir, name)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--algo",
+        choices=["DevicePPO", "DeviceDQN"],
+        default="DevicePPO",
+        help="the device path's algorithm (default: %(default)s)",
+    )
+    parser.add_argument("--env", default=DEFAULT_ENV, help="an env of the suite, e.g. GPUPendulum-v1 (default: %(default)s)")
+    parser.add_argument(
+        "--device-config",
+        metavar="PATH",
+        help="the device path's experiment file (default: the algorithm's shipped one, gpu_pendulum_ppo.yaml for Pendulum "
+        "PPO)",
+    )
+    parser.add_argument("--num-envs", type=int, default=128)
+    parser.add_argument("--rollout-length", type=int, default=32)
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--device", help="device of the device path (default auto)")
+
+
+def run_from_args(args) -> None:
+    try:
+        run(
+            args.num_envs,
+            args.rollout_length,
+            args.iterations,
+            device=args.device,
+            out_dir=args.out,
+            plot=args.plot,
+            algo=args.algo,
+            env=args.env,
+            config_file=args.device_config,
+        )
+    except (ValueError, FileNotFoundError) as err:  # an algorithm or env it does not know, a missing experiment file
+        raise SystemExit(f"rllib-gpuenv bench breakdown: error: {err}") from None

@@ -11,11 +11,28 @@ import platform
 import subprocess
 import sys
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
 logger = logging.getLogger(__name__)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'1,16,256' or '1..65536' (powers of 4 between the bounds)."""
+    if ".." in text:
+        low, high = (int(v) for v in text.split(".."))
+        sizes, n = [], low
+        while n <= high:
+            sizes.append(n)
+            n *= 4
+        return sizes
+    return [int(v) for v in text.split(",")]
+
+
+def default_sizes(cpu: str, gpu: str) -> str:
+    """A benchmark's default sizes: larger where there is a GPU."""
+    return gpu if torch.cuda.is_available() else cpu
 
 
 def machine_info() -> dict:
@@ -109,23 +126,6 @@ def save_figure(fig, out_dir: str, name: str) -> str:
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain aligned text table (Markdown-compatible)."""
-    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return "-" if value is None else str(value)
 
 
 @contextlib.contextmanager

@@ -16,14 +16,14 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 
 def _scaling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
-    from rllib_gpuenv.bench import throughput
+    from rllib_gpuenv.bench import scaling
 
     rows = result["rows"]
-    return throughput.summary(rows), throughput.plot_scaling(rows, out_dir, "scaling", result["meta"].get("turning_points"))
+    return scaling.summary(rows), scaling.plot_scaling(rows, out_dir, "scaling", result["meta"].get("turning_points"))
 
 
 def _training(result: dict, out_dir: str, name: str) -> tuple[str, str]:
@@ -31,7 +31,9 @@ def _training(result: dict, out_dir: str, name: str) -> tuple[str, str]:
 
     meta = result["meta"]
     runs, target, task = meta["curves"], meta["target"], training.TASKS[meta.get("task", training.DEFAULT_TASK)]
-    return training.summary_text(training.summarise(runs, target, task), target, task), training.plot_curves(runs, target, out_dir, task)
+    return training.summary_text(training.summarise(runs, target, task), target, task), training.plot_curves(
+        runs, target, out_dir, task
+    )
 
 
 def _breakdown(result: dict, out_dir: str, name: str) -> tuple[str, str]:
@@ -56,8 +58,12 @@ def _sampling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
 
 
 REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
-    "scaling": _scaling, "training": _training, "breakdown": _breakdown, "workload": _workload, "sampling": _sampling,
-}  # fmt: skip
+    "scaling": _scaling,
+    "training": _training,
+    "breakdown": _breakdown,
+    "workload": _workload,
+    "sampling": _sampling,
+}
 
 
 def replot(folder: str, out_dir: str | None = None) -> list[str]:

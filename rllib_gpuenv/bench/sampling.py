@@ -26,19 +26,28 @@ import sys
 
 import torch
 
-from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure
-from rllib_gpuenv.bench.throughput import Contender, _ours, interleaved_turns
+from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure
+from rllib_gpuenv.bench.scaling import Contender, _ours, interleaved_turns
+from rllib_gpuenv.experiments.progress import format_table
 
-ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK = ("env step alone", "device runner", "device runner, RLlib's action draw",
-                                               "stock RLlib runner (gymnasium CartPole-v1)")  # fmt: skip
+ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK = (
+    "env step alone",
+    "device runner",
+    "device runner, RLlib's action draw",
+    "stock RLlib runner (gymnasium CartPole-v1)",
+)
 
 
 def _device_runner(device: str, rollout_length: int, rllib_draw: bool = False):
     def make(n: int):
+        from rllib_gpuenv.experiments import cartpole_config
         from rllib_gpuenv.rllib import DeviceEnvRunner, action_sampling
-        from rllib_gpuenv.train import cartpole_config
 
-        config = cartpole_config(device=device, seed=0).env_runners(num_envs_per_env_runner=n).device_rollouts(rollout_length=rollout_length)
+        config = (
+            cartpole_config(device=device, seed=0)
+            .env_runners(num_envs_per_env_runner=n)
+            .device_rollouts(rollout_length=rollout_length)
+        )
         runner = DeviceEnvRunner(config=config)
 
         def sample(_i):
@@ -68,10 +77,11 @@ def _stock_runner(rollout_length: int):
         from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
         config = (
-            PPOConfig().environment("CartPole-v1")
+            PPOConfig()
+            .environment("CartPole-v1")
             .env_runners(num_envs_per_env_runner=n, rollout_fragment_length=rollout_length)
             .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
-        )  # fmt: skip
+        )
         runner = SingleAgentEnvRunner(config=config)
         sample = lambda _i: runner.sample()  # noqa: E731
         sample.close = runner.stop
@@ -90,8 +100,15 @@ def contenders(device: str, rollout_length: int) -> list[tuple[Contender, int]]:
     ]
 
 
-def run(num_envs: list[int], rollout_length: int = 32, device: str | None = None, rounds: int = 3, min_seconds: float = 1.0,
-        out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
+def run(
+    num_envs: list[int],
+    rollout_length: int = 32,
+    device: str | None = None,
+    rounds: int = 3,
+    min_seconds: float = 1.0,
+    out_dir: str = "bench_results",
+    plot: bool = False,
+) -> list[dict]:
     """Time every contender at every size; print a table; write JSON/CSV (and a PNG)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     chosen = contenders(device, rollout_length)
@@ -103,12 +120,27 @@ def run(num_envs: list[int], rollout_length: int = 32, device: str | None = None
         turns = interleaved_turns([c for c, _ in here], calls, rounds, min_seconds, min_calls=3 * rounds)
         for c, k in here:
             seconds = statistics.median(turns[c.name])
-            rows.append({"contender": c.name, "device": c.device, "num_envs": n, "steps_per_call": k, "seconds_per_call": seconds,
-                         "env_steps_per_s": n * k / seconds, "seconds_per_call_by_round": turns[c.name]})  # fmt: skip
+            rows.append(
+                {
+                    "contender": c.name,
+                    "device": c.device,
+                    "num_envs": n,
+                    "steps_per_call": k,
+                    "seconds_per_call": seconds,
+                    "env_steps_per_s": n * k / seconds,
+                    "seconds_per_call_by_round": turns[c.name],
+                }
+            )
             print(f"    {c.name:<44} {n * k / seconds:,.0f} env-steps/s", file=sys.stderr)
             getattr(calls[c.name], "close", lambda: None)()
     print(summary(rows))
-    meta = {"num_envs": num_envs, "rollout_length": rollout_length, "device": device, "rounds": rounds, "min_seconds": min_seconds}
+    meta = {
+        "num_envs": num_envs,
+        "rollout_length": rollout_length,
+        "device": device,
+        "rounds": rounds,
+        "min_seconds": min_seconds,
+    }
     report(rows, out_dir, "sampling", meta, plot=(lambda: plot_sampling(rows, out_dir)) if plot else None)
     return rows
 
@@ -118,16 +150,22 @@ def summary(rows: list[dict]) -> str:
     names = list(dict.fromkeys(r["contender"] for r in rows))
     sizes = sorted({r["num_envs"] for r in rows})
     rate = {(r["contender"], r["num_envs"]): r["env_steps_per_s"] for r in rows}
-    text = "env-steps/s (higher is better)\n" + format_table(["contender"] + [f"n={n:,}" for n in sizes],
-                                                              [[c] + [rate.get((c, n)) for n in sizes] for c in names])  # fmt: skip
+    text = "env-steps/s (higher is better)\n" + format_table(
+        ["contender"] + [f"n={n:,}" for n in sizes], [[c] + [rate.get((c, n)) for n in sizes] for c in names]
+    )
     ratios = []
     for n in sizes:
         ours = rate.get((DEVICE, n))
         if ours is None:
             continue
-        ratios.append([n, ours / rate[(ENV_ALONE, n)] if (ENV_ALONE, n) in rate else None,
-                       ours / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
-                       ours / rate[(STOCK, n)] if (STOCK, n) in rate else None])  # fmt: skip
+        ratios.append(
+            [
+                n,
+                ours / rate[(ENV_ALONE, n)] if (ENV_ALONE, n) in rate else None,
+                ours / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
+                ours / rate[(STOCK, n)] if (STOCK, n) in rate else None,
+            ]
+        )
     headers = ["num_envs", "device runner / env alone", "our draw / RLlib's draw", "device runner / stock runner"]
     return text + "\n\nratios of the device runner's env-steps/s\n" + format_table(headers, ratios)
 
@@ -142,3 +180,24 @@ def plot_sampling(rows: list[dict], out_dir: str) -> str:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return save_figure(fig, out_dir, "sampling")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--num-envs", help="sizes (default 16,256,4096 on CPU; 256,4096,65536,1048576 on GPU)")
+    parser.add_argument("--rollout-length", type=int, default=32, help="steps per sample() call (default: %(default)s)")
+    parser.add_argument("--device", help="the device runner's device (default: the GPU if there is one)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per size; each point is the median")
+    parser.add_argument("--min-seconds", type=float, default=1.0, help="time each point at least this long (over all rounds)")
+
+
+def run_from_args(args) -> None:
+    sizes = parse_sizes(args.num_envs or default_sizes(cpu="16,256,4096", gpu="256,4096,65536,1048576"))
+    run(
+        sizes,
+        rollout_length=args.rollout_length,
+        device=args.device,
+        rounds=args.rounds,
+        min_seconds=args.min_seconds,
+        out_dir=args.out,
+        plot=args.plot,
+    )

@@ -41,7 +41,8 @@ import sys
 import tempfile
 import time
 
-from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, write_results
+from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, write_results
+from rllib_gpuenv.experiments.progress import format_table
 
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
 
@@ -87,45 +88,107 @@ TASKS = {
     task.name: task
     for task in (
         Task(
-            name="cartpole-ppo", target=475.0, start_return=0.0,
-            contenders={"device": "ours: device path (DevicePPO)", "stock-runner": "ours: env on RLlib's stock runner",
-                        "stock-rllib": "stock RLlib on gymnasium CartPole", "stock-rllib-8envs": "stock RLlib, 8 envs per runner",
-                        "sb3": "Stable-Baselines3 PPO (RL-Zoo)"},
-            config_files={"device": "gpu_cartpole_ppo.yaml", "stock-runner": "gpu_cartpole_stock_runner.yaml",
-                          "stock-rllib": "cartpole_stock_rllib.yaml", "stock-rllib-8envs": "cartpole_stock_rllib.yaml"},
+            name="cartpole-ppo",
+            target=475.0,
+            start_return=0.0,
+            contenders={
+                "device": "ours: device path (DevicePPO)",
+                "stock-runner": "ours: env on RLlib's stock runner",
+                "stock-rllib": "stock RLlib on gymnasium CartPole",
+                "stock-rllib-8envs": "stock RLlib, 8 envs per runner",
+                "sb3": "Stable-Baselines3 PPO (RL-Zoo)",
+            },
+            config_files={
+                "device": "gpu_cartpole_ppo.yaml",
+                "stock-runner": "gpu_cartpole_stock_runner.yaml",
+                "stock-rllib": "cartpole_stock_rllib.yaml",
+                "stock-rllib-8envs": "cartpole_stock_rllib.yaml",
+            },
             overrides={"stock-rllib-8envs": {"num_envs_per_env_runner": 8}},  # RLlib's tuned example with 8 envs per runner
-            sb3=SB3Setup("PPO", "CartPole-v1", n_envs=8, total_timesteps=100_000, linear=("learning_rate", "clip_range"),
-                         hyperparameters=dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                                              learning_rate=1e-3, clip_range=0.2)),
+            sb3=SB3Setup(
+                "PPO",
+                "CartPole-v1",
+                n_envs=8,
+                total_timesteps=100_000,
+                linear=("learning_rate", "clip_range"),
+                hyperparameters=dict(
+                    n_steps=32,
+                    batch_size=256,
+                    gae_lambda=0.8,
+                    gamma=0.98,
+                    n_epochs=20,
+                    ent_coef=0.0,
+                    learning_rate=1e-3,
+                    clip_range=0.2,
+                ),
+            ),
         ),
         Task(
-            name="pendulum-ppo", target=-300.0, start_return=-1200.0,
-            contenders={"device": "ours: device path (DevicePPO)", "stock-rllib": "stock RLlib PPO on gymnasium Pendulum",
-                        "sb3": "Stable-Baselines3 PPO (RL-Zoo)"},
+            name="pendulum-ppo",
+            target=-300.0,
+            start_return=-1200.0,
+            contenders={
+                "device": "ours: device path (DevicePPO)",
+                "stock-rllib": "stock RLlib PPO on gymnasium Pendulum",
+                "sb3": "Stable-Baselines3 PPO (RL-Zoo)",
+            },
             config_files={"device": "gpu_pendulum_ppo.yaml", "stock-rllib": "pendulum_stock_rllib.yaml"},
-            sb3=SB3Setup("PPO", "Pendulum-v1", n_envs=4, total_timesteps=100_000,
-                         hyperparameters=dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
-                                              learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+            sb3=SB3Setup(
+                "PPO",
+                "Pendulum-v1",
+                n_envs=4,
+                total_timesteps=100_000,
+                hyperparameters=dict(
+                    n_steps=1024,
+                    gae_lambda=0.95,
+                    gamma=0.9,
+                    n_epochs=10,
+                    ent_coef=0.0,
+                    learning_rate=1e-3,
+                    clip_range=0.2,
+                    use_sde=True,
+                    sde_sample_freq=4,
+                ),
+            ),
         ),
         Task(
-            name="cartpole-dqn", target=475.0, start_return=0.0,
-            contenders={"device": "ours: device path (DeviceDQN)", "stock-rllib": "stock RLlib DQN on gymnasium CartPole",
-                        "sb3": "Stable-Baselines3 DQN (RL-Zoo)"},
+            name="cartpole-dqn",
+            target=475.0,
+            start_return=0.0,
+            contenders={
+                "device": "ours: device path (DeviceDQN)",
+                "stock-rllib": "stock RLlib DQN on gymnasium CartPole",
+                "sb3": "Stable-Baselines3 DQN (RL-Zoo)",
+            },
             config_files={"device": "gpu_cartpole_dqn.yaml", "stock-rllib": "cartpole_dqn_stock_rllib.yaml"},
-            sb3=SB3Setup("DQN", "CartPole-v1", n_envs=1, total_timesteps=50_000,
-                         hyperparameters=dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
-                                              gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
-                                              exploration_fraction=0.16, exploration_final_eps=0.04,
-                                              policy_kwargs=dict(net_arch=[256, 256]))),
+            sb3=SB3Setup(
+                "DQN",
+                "CartPole-v1",
+                n_envs=1,
+                total_timesteps=50_000,
+                hyperparameters=dict(
+                    learning_rate=2.3e-3,
+                    batch_size=64,
+                    buffer_size=100_000,
+                    learning_starts=1000,
+                    gamma=0.99,
+                    target_update_interval=10,
+                    train_freq=256,
+                    gradient_steps=128,
+                    exploration_fraction=0.16,
+                    exploration_final_eps=0.04,
+                    policy_kwargs=dict(net_arch=[256, 256]),
+                ),
+            ),
         ),
     )
-}  # fmt: skip
+}
 ALL_CONTENDERS = {key: label for task in TASKS.values() for key, label in task.contenders.items()}
 
 
 def _experiment_file(task: Task, contender: str, device_config: str | None) -> str:
     """The contender's experiment file: the task's shipped one, or ``device_config`` for ``device``."""
-    from rllib_gpuenv.config_files import config_file
+    from rllib_gpuenv.experiments.shipped import config_file
 
     if contender == "device" and device_config:
         if not os.path.isfile(device_config):
@@ -134,7 +197,9 @@ def _experiment_file(task: Task, contender: str, device_config: str | None) -> s
     return str(config_file(task.config_files[contender]))
 
 
-def _rllib_curve(task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict, device_config: str | None) -> dict:
+def _rllib_curve(
+    task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict, device_config: str | None
+) -> dict:
     import ray
 
     from rllib_gpuenv.experiments import apply_config, load_experiments
@@ -199,7 +264,11 @@ def _rllib_sampling_rate(algo, repeats: int = 5) -> float:
     group = algo.env_runner_group
     start, steps = time.perf_counter(), 0
     for _ in range(repeats):
-        steps += sum(group.foreach_env_runner(sample, local_env_runner=False)) if group.num_remote_env_runners() else sample(algo.env_runner)
+        steps += (
+            sum(group.foreach_env_runner(sample, local_env_runner=False))
+            if group.num_remote_env_runners()
+            else sample(algo.env_runner)
+        )
     return steps / (time.perf_counter() - start)
 
 
@@ -248,20 +317,45 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
     return {"curve": callback.curve, "build_s": build_s, "sampling_env_steps_per_s": steps / (time.perf_counter() - start)}
 
 
-def run_one(task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict | None = None,
-            device_config: str | None = None) -> dict:  # fmt: skip
+def run_one(
+    task: Task,
+    contender: str,
+    seed: int,
+    target: float,
+    budget_s: float,
+    overrides: dict | None = None,
+    device_config: str | None = None,
+) -> dict:
     """One training run in this process; returns its curve."""
     if contender == "sb3":
         return _sb3_curve(task.sb3, seed, target, budget_s)
     return _rllib_curve(task, contender, seed, target, budget_s, overrides or {}, device_config)
 
 
-def _run_in_subprocess(task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict,
-                       device_config: str | None) -> dict:  # fmt: skip
+def _run_in_subprocess(
+    task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict, device_config: str | None
+) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
-    cmd = [sys.executable, "-m", "rllib_gpuenv.bench.training", "--task", task.name, "--one", contender, "--seed", str(seed),
-           "--target", str(target), "--budget", str(budget_s), "--overrides", json.dumps(overrides), "--write", out]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllib_gpuenv.bench.training",
+        "--task",
+        task.name,
+        "--one",
+        contender,
+        "--seed",
+        str(seed),
+        "--target",
+        str(target),
+        "--budget",
+        str(budget_s),
+        "--overrides",
+        json.dumps(overrides),
+        "--write",
+        out,
+    ]
     if device_config:
         cmd += ["--device-config", device_config]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s * 3 + 300, check=False)
@@ -302,24 +396,26 @@ def summarise(runs: list[dict], target: float, task: Task = TASKS[DEFAULT_TASK])
         mine = [r for r in runs if r["contender"] == key]
         reached = [r for r in mine if r["time_to_target_s"] is not None]
         lowest = [v for v in (lowest_after_half(r["curve"], task.halfway(target)) for r in mine) if v is not None]
-        rows.append({
-            "contender": task.contenders[key],
-            "key": key,
-            "reached": f"{len(reached)}/{len(mine)}",
-            # A seed that missed the target counts as infinitely slow; the median is None when
-            # most seeds missed.
-            "median_time_to_target_s": _median_with_misses(mine, "time_to_target_s"),
-            "median_steps_to_target": _median_with_misses(mine, "steps_to_target"),
-            # Instability: the lowest return after first reaching halfway to the target, per seed.
-            "median_lowest_after_half": _median(lowest),
-            "worst_lowest_after_half": min(lowest, default=None),
-            "best_return": max(r["final_return"] for r in mine),  # the best seed's last mean
-            "peak_return": max((p[2] for r in mine for p in r["curve"] if not math.isnan(p[2])), default=None),
-            "env_steps_per_s": _median(r["env_steps_per_s"] for r in mine),
-            "sampling_env_steps_per_s": _median(r["sampling_env_steps_per_s"] for r in mine),
-            "build_s": _median(r["build_s"] for r in mine),
-            "budget_s": max(r["budget_s"] for r in mine),
-        })  # fmt: skip
+        rows.append(
+            {
+                "contender": task.contenders[key],
+                "key": key,
+                "reached": f"{len(reached)}/{len(mine)}",
+                # A seed that missed the target counts as infinitely slow; the median is None when
+                # most seeds missed.
+                "median_time_to_target_s": _median_with_misses(mine, "time_to_target_s"),
+                "median_steps_to_target": _median_with_misses(mine, "steps_to_target"),
+                # Instability: the lowest return after first reaching halfway to the target, per seed.
+                "median_lowest_after_half": _median(lowest),
+                "worst_lowest_after_half": min(lowest, default=None),
+                "best_return": max(r["final_return"] for r in mine),  # the best seed's last mean
+                "peak_return": max((p[2] for r in mine for p in r["curve"] if not math.isnan(p[2])), default=None),
+                "env_steps_per_s": _median(r["env_steps_per_s"] for r in mine),
+                "sampling_env_steps_per_s": _median(r["sampling_env_steps_per_s"] for r in mine),
+                "build_s": _median(r["build_s"] for r in mine),
+                "budget_s": max(r["budget_s"] for r in mine),
+            }
+        )
     return rows
 
 
@@ -328,25 +424,42 @@ def _run_row(contender: str, seed: int, budget_s: float, target: float, halfway:
     hit = next((p for p in curve if p[2] >= target), None)
     seconds, steps = (curve[-1][0], curve[-1][1]) if curve else (float("nan"), 0)
     return {
-        "contender": contender, "seed": seed, "budget_s": budget_s, "build_s": result["build_s"],
-        "time_to_target_s": hit[0] if hit else None, "steps_to_target": hit[1] if hit else None,
+        "contender": contender,
+        "seed": seed,
+        "budget_s": budget_s,
+        "build_s": result["build_s"],
+        "time_to_target_s": hit[0] if hit else None,
+        "steps_to_target": hit[1] if hit else None,
         "lowest_after_half": lowest_after_half(curve, halfway),
-        "final_return": curve[-1][2] if curve else float("nan"), "env_steps_per_s": steps / seconds if seconds else 0.0,
-        "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"), "config_file": result.get("config_file"),
+        "final_return": curve[-1][2] if curve else float("nan"),
+        "env_steps_per_s": steps / seconds if seconds else 0.0,
+        "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"),
+        "config_file": result.get("config_file"),
         "curve": curve,
-    }  # fmt: skip
+    }
 
 
-def run(contenders: list[str] | None, seeds: list[int], target: float | None = None, budget_s: float = 120.0,
-        overrides: dict | None = None, out_dir: str = "bench_results", plot: bool = False, task: str = DEFAULT_TASK,
-        device_config: str | None = None) -> list[dict]:  # fmt: skip
+def run(
+    contenders: list[str] | None,
+    seeds: list[int],
+    target: float | None = None,
+    budget_s: float = 120.0,
+    overrides: dict | None = None,
+    out_dir: str = "bench_results",
+    plot: bool = False,
+    task: str = DEFAULT_TASK,
+    device_config: str | None = None,
+) -> list[dict]:
     """Every contender × seed of ``task`` in a fresh process; print the table and ratios; write
     JSON/CSV (and PNG) as ``training`` (CartPole PPO) or ``training_<task>``."""
     the_task = _task(task)
     contenders = list(the_task.contenders) if not contenders else contenders
     unknown = [c for c in contenders if c not in the_task.contenders]
     if unknown:
-        raise ValueError(f"task {task!r} has no contender {', '.join(map(repr, unknown))}: its contenders are {', '.join(the_task.contenders)}")
+        raise ValueError(
+            f"task {task!r} has no contender {', '.join(map(repr, unknown))}: its contenders are "
+            f"{', '.join(the_task.contenders)}"
+        )
     for contender in contenders:  # every experiment file there, before the first run
         if contender != "sb3":
             _experiment_file(the_task, contender, device_config)
@@ -355,9 +468,16 @@ def run(contenders: list[str] | None, seeds: list[int], target: float | None = N
     for contender in contenders:
         for seed in seeds:
             print(f"  {the_task.contenders[contender]:<40} seed {seed} ...", end="", file=sys.stderr, flush=True)
-            result = _run_in_subprocess(the_task, contender, seed, target, budget_s, (overrides or {}).get(contender, {}), device_config)
+            result = _run_in_subprocess(
+                the_task, contender, seed, target, budget_s, (overrides or {}).get(contender, {}), device_config
+            )
             runs.append(_run_row(contender, seed, budget_s, target, the_task.halfway(target), result))
-            write_results([{k: v for k, v in r.items() if k != "curve"} for r in runs], out_dir, f"{the_task.results_name}.partial", {"curves": runs})
+            write_results(
+                [{k: v for k, v in r.items() if k != "curve"} for r in runs],
+                out_dir,
+                f"{the_task.results_name}.partial",
+                {"curves": runs},
+            )
             r = runs[-1]
             reached = f"{r['time_to_target_s']:.1f} s" if r["time_to_target_s"] is not None else f"not in {budget_s:g} s"
             print(f" return {r['final_return']:.0f}, target {reached}", file=sys.stderr)
@@ -379,14 +499,37 @@ def _task(name: str) -> Task:
 def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TASK]) -> str:
     """The table (time and env steps to the target side by side, instability) and the device path's ratios."""
     half = f"{task.halfway(target):g}"
-    headers = ["contender", "reached", f"median s to {target:g}", f"median env steps to {target:g}",
-               f"lowest return after {half}: median (worst seed)", "final return (best seed)", "peak return",
-               "training env-steps/s",
-               "sampling env-steps/s", "build s"]  # fmt: skip
-    table = [[r["contender"], r["reached"], r["median_time_to_target_s"], r["median_steps_to_target"], _instability(r),
-              r["best_return"], r.get("peak_return"), r["env_steps_per_s"], r["sampling_env_steps_per_s"], r["build_s"]] for r in rows]  # fmt: skip
-    text = (f"{task.name}: time and env steps to a mean return of {target:g} (last 100 episodes), median over seeds; "
-            f"instability: the lowest return after first reaching {half}\n" + format_table(headers, table))  # fmt: skip
+    headers = [
+        "contender",
+        "reached",
+        f"median s to {target:g}",
+        f"median env steps to {target:g}",
+        f"lowest return after {half}: median (worst seed)",
+        "final return (best seed)",
+        "peak return",
+        "training env-steps/s",
+        "sampling env-steps/s",
+        "build s",
+    ]
+    table = [
+        [
+            r["contender"],
+            r["reached"],
+            r["median_time_to_target_s"],
+            r["median_steps_to_target"],
+            _instability(r),
+            r["best_return"],
+            r.get("peak_return"),
+            r["env_steps_per_s"],
+            r["sampling_env_steps_per_s"],
+            r["build_s"],
+        ]
+        for r in rows
+    ]
+    text = (
+        f"{task.name}: time and env steps to a mean return of {target:g} (last 100 episodes), median over seeds; "
+        f"instability: the lowest return after first reaching {half}\n" + format_table(headers, table)
+    )
     ours = next((r for r in rows if r["key"] == "device" and r["median_time_to_target_s"]), None)
     if ours:
         ratios = []
@@ -397,11 +540,15 @@ def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TAS
                 time_ratio = f"{other['median_time_to_target_s'] / ours['median_time_to_target_s']:.1f}x"
                 steps_ratio = f"{other['median_steps_to_target'] / ours['median_steps_to_target']:.2f}x"
             else:
-                time_ratio = f">= {other['budget_s'] / ours['median_time_to_target_s']:.1f}x (not reached in {other['budget_s']:g} s)"
+                time_ratio = (
+                    f">= {other['budget_s'] / ours['median_time_to_target_s']:.1f}x (not reached in {other['budget_s']:g} s)"
+                )
                 steps_ratio = "-"
             ratios.append([other["contender"], time_ratio, steps_ratio])
-        text += ("\n\nthe others against the device path (their median / its median; above 1x: the device path needs less)\n"
-                 + format_table(["vs", "time to target", "env steps to target"], ratios))  # fmt: skip
+        text += (
+            "\n\nthe others against the device path (their median / its median; above 1x: the device path needs less)\n"
+            + format_table(["vs", "time to target", "env steps to target"], ratios)
+        )
     return text
 
 
@@ -428,13 +575,20 @@ def plot_curves(runs: list[dict], target: float, out_dir: str, task: Task = TASK
     halfway = task.halfway(target)
     for i, (ax, xlabel) in enumerate(zip(axes, ["wall-clock seconds (training)", "env steps"])):
         ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target: {target:g}" if i == 0 else None)
-        ax.axhline(halfway, color="grey", linestyle=":", linewidth=1,
-                   label=f"halfway to the target ({halfway:g}): instability is the lowest return after it" if i == 0 else None)  # fmt: skip
+        ax.axhline(
+            halfway,
+            color="grey",
+            linestyle=":",
+            linewidth=1,
+            label=f"halfway to the target ({halfway:g}): instability is the lowest return after it" if i == 0 else None,
+        )
         ax.set(xlabel=xlabel, ylabel="mean return (last 100 episodes)", xscale="log")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_title(f"{task.name}: return vs wall time (one line per seed)")
     axes[1].set_title("Return vs env steps")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
+    fig.legend(
+        *axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False
+    )
     return save_figure(fig, out_dir, task.results_name)
 
 
@@ -457,3 +611,44 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--task",
+        choices=list(TASKS),
+        default=DEFAULT_TASK,
+        help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475",
+    )
+    parser.add_argument(
+        "--contenders",
+        nargs="*",
+        help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
+        "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3",
+    )
+    parser.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
+    parser.add_argument(
+        "--target", type=float, help="mean return of the last 100 episodes to reach (default: the task's, 475 or -300)"
+    )
+    parser.add_argument("--budget", type=float, default=90.0, help="seconds of training per run before giving up")
+    parser.add_argument(
+        "--device-config",
+        metavar="PATH",
+        help="the device contender's experiment file (default: the task's shipped one, e.g. configs/gpu_cartpole_dqn.yaml)",
+    )
+
+
+def run_from_args(args) -> None:
+    try:
+        run(
+            args.contenders,
+            parse_sizes(args.seeds),
+            target=args.target,
+            budget_s=args.budget,
+            out_dir=args.out,
+            plot=args.plot,
+            task=args.task,
+            device_config=args.device_config,
+        )
+    except (ValueError, FileNotFoundError) as err:  # a contender the task lacks, a missing experiment file
+        raise SystemExit(f"rllib-gpuenv bench training: error: {err}") from None

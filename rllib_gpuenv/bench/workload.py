@@ -11,8 +11,9 @@ import sys
 
 import torch
 
-from rllib_gpuenv.bench.common import format_table, pyplot, report, save_figure, time_calls
-from rllib_gpuenv.bench.throughput import _ours
+from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure, time_calls
+from rllib_gpuenv.bench.scaling import _ours
+from rllib_gpuenv.experiments.progress import format_table
 
 
 def backends() -> list[tuple[str, str, str]]:
@@ -27,7 +28,9 @@ def backends() -> list[tuple[str, str, str]]:
     return found
 
 
-def run(num_envs: list[int], substeps: list[int], min_seconds: float = 0.3, out_dir: str = "bench_results", plot: bool = False) -> list[dict]:
+def run(
+    num_envs: list[int], substeps: list[int], min_seconds: float = 0.3, out_dir: str = "bench_results", plot: bool = False
+) -> list[dict]:
     rows = []
     for label, backend, device in backends():
         for n in num_envs:
@@ -52,8 +55,12 @@ def summary(rows: list[dict]) -> str:
     text = "ms per step() call (lower is better)\n" + format_table(["substeps"] + [f"{b} n={n:,}" for b, n in columns], table)
     if len(substeps) > 1:
         lo, hi = substeps[0], substeps[-1]
-        growth = [[f"{b} n={n:,}", ms[(b, n, hi)] / ms[(b, n, lo)]] for b, n in columns if (b, n, lo) in ms and (b, n, hi) in ms]
-        text += f"\n\ntime growth from substeps={lo} to {hi} ({hi // lo}x the work)\n" + format_table(["backend", "growth"], growth)
+        growth = [
+            [f"{b} n={n:,}", ms[(b, n, hi)] / ms[(b, n, lo)]] for b, n in columns if (b, n, lo) in ms and (b, n, hi) in ms
+        ]
+        text += f"\n\ntime growth from substeps={lo} to {hi} ({hi // lo}x the work)\n" + format_table(
+            ["backend", "growth"], growth
+        )
     return text
 
 
@@ -70,3 +77,14 @@ def plot_workload(rows: list[dict], out_dir: str) -> str:
         ax.grid(True, which="both", alpha=0.3)
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside the data
     return save_figure(fig, out_dir, "workload")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--num-envs", help="sizes (default 256,65536 on CPU; 4096,1048576 on GPU)")
+    parser.add_argument("--substeps", default="1,4,16,64", help="substeps values")
+    parser.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
+
+
+def run_from_args(args) -> None:
+    sizes = parse_sizes(args.num_envs or default_sizes(cpu="256,65536", gpu="4096,1048576"))
+    run(sizes, parse_sizes(args.substeps), min_seconds=args.min_seconds, out_dir=args.out, plot=args.plot)

@@ -25,7 +25,7 @@ class EnvBuffers:
     ep_return: torch.Tensor  # (N,) the env's dtype, return so far in the current episode
 
     @classmethod
-    def allocate(cls, state_size: int, num_envs: int, dtype: torch.dtype, device: torch.device) -> "EnvBuffers":
+    def allocate(cls, state_size: int, num_envs: int, dtype: torch.dtype, device: torch.device) -> EnvBuffers:
         def zeros(*shape, dt):
             return torch.zeros(shape, dtype=dt, device=device)
 
@@ -53,7 +53,7 @@ class StepOutputs(NamedTuple):
     final_mask: torch.Tensor  # (N,) bool, an episode ended at this step
 
     @classmethod
-    def allocate(cls, obs_size: int, num_envs: int, dtype: torch.dtype, device: torch.device) -> "StepOutputs":
+    def allocate(cls, obs_size: int, num_envs: int, dtype: torch.dtype, device: torch.device) -> StepOutputs:
         def empty(*shape, dt):
             return torch.empty(shape, dtype=dt, device=device)
 
@@ -67,7 +67,7 @@ class StepOutputs(NamedTuple):
             final_mask=empty(num_envs, dt=torch.bool),
         )
 
-    def clone(self) -> "StepOutputs":
+    def clone(self) -> StepOutputs:
         return StepOutputs(*(t.clone() for t in self))
 
 

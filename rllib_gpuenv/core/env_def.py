@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -97,7 +98,11 @@ class EnvDef:
                 raise TypeError(f"{self.id} parameter {name} must be True or False, got {value!r}")
             if kind is int and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise TypeError(f"{self.id} parameter {name} must be a positive integer, got {value!r}")
-            if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value)):
+            if kind is float and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.integer, np.floating))
+                or not math.isfinite(value)
+            ):
                 raise TypeError(f"{self.id} parameter {name} must be a finite number, got {value!r}")
         return defaults._replace(**{k: type(getattr(defaults, k))(v) for k, v in overrides.items()})
 

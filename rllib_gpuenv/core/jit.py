@@ -2,10 +2,10 @@
 
 A function marked ``@jitable`` stays a plain Python function, so the torch backend calls it on
 whole tensors, and numba's CPU compiler learns to compile it where a kernel calls it (numba's
-``overload``, inlined; registered when a numba backend is first used, ``use_numba``). CUDA kernels get their own copy of the call tree instead
-(``cuda_device_functions``): numba-cuda keeps its own typing registry and fails to lower
-overloads registered with numba's core, while ``cuda.jit(device=True)`` is understood by every
-numba CUDA target, the simulator included.
+``overload``, inlined; registered when a numba backend is first used, ``use_numba``). CUDA
+kernels get their own copy of the call tree instead (``cuda_device_functions``): numba-cuda
+keeps its own typing registry and fails to lower overloads registered with numba's core, while
+``cuda.jit(device=True)`` is understood by every numba CUDA target, the simulator included.
 
 A few primitives are spelled differently on tensors and in kernels (``select`` is
 ``torch.where`` on tensors and a conditional expression in a kernel): ``jitable(numba_body=...)``
@@ -29,7 +29,8 @@ from __future__ import annotations
 import dis
 import math
 import types
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,8 +62,14 @@ def use_numba() -> None:
             _register_with_numba(fn)
 
 
-def jitable(fn: F | None = None, *, numba_body: Callable | str | None = None, cuda_body: Callable | str | None = None,
-            single: Callable | None = None, inline: bool = True):  # fmt: skip
+def jitable(
+    fn: F | None = None,
+    *,
+    numba_body: Callable | str | None = None,
+    cuda_body: Callable | str | None = None,
+    single: Callable | None = None,
+    inline: bool = True,
+):
     """Make ``fn`` callable from numba-compiled code; return it unchanged.
 
     ``numba_body``: what numba kernels run instead of ``fn`` (which then only runs on tensors);
@@ -152,8 +159,13 @@ def bind(fn: F, name: str | None = None, inline: bool | None = None, **globals_:
     copy.__globals__.update(globals_)
     if not is_jitable(fn):
         return copy
-    return jitable(copy, numba_body=_bound_body(fn, copy, _NUMBA_BODY), cuda_body=_bound_body(fn, copy, _CUDA_BODY),
-                   single=getattr(fn, _SINGLE, None), inline=getattr(fn, _INLINE) if inline is None else inline)
+    return jitable(
+        copy,
+        numba_body=_bound_body(fn, copy, _NUMBA_BODY),
+        cuda_body=_bound_body(fn, copy, _CUDA_BODY),
+        single=getattr(fn, _SINGLE, None),
+        inline=getattr(fn, _INLINE) if inline is None else inline,
+    )
 
 
 def _bound_body(fn: Callable, copy: Callable, attribute: str) -> Callable:
@@ -190,8 +202,9 @@ def single_precision(fn: F) -> F:
             single_numba = _rebind(numba_body, _single, const=_single)
             single_cuda = single_numba if cuda_body is numba_body else _rebind(cuda_body, _single, const=_single)
             # The Python body is unchanged: it runs on tensors, which keep their own dtype.
-            _single_versions[fn] = jitable(_rebind(fn, lambda v: v), numba_body=single_numba, cuda_body=single_cuda,
-                                           inline=getattr(fn, _INLINE))
+            _single_versions[fn] = jitable(
+                _rebind(fn, lambda v: v), numba_body=single_numba, cuda_body=single_cuda, inline=getattr(fn, _INLINE)
+            )
         else:
             _single_versions[fn] = _rebind(fn, _single, const=_single)
     return _single_versions[fn]

@@ -20,8 +20,9 @@ import hashlib
 import inspect
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,8 +76,22 @@ def begin_episode(i, state, episode, seed32, lows, highs):
 
 
 @jitable
-def advance_env(i, actions, state, steps, prev_done, ep_return, obs, reward, terminated, truncated,
-                final_return, final_length, final_mask, max_steps):  # fmt: skip
+def advance_env(
+    i,
+    actions,
+    state,
+    steps,
+    prev_done,
+    ep_return,
+    obs,
+    reward,
+    terminated,
+    truncated,
+    final_return,
+    final_length,
+    final_mask,
+    max_steps,
+):
     """Kernels: ``advance`` env ``i``, reading its numbers from the arrays and writing back.
 
     Flags are stored as 0/1 integers: numba's alias analysis counts bool values as possible
@@ -112,7 +127,10 @@ def initial_states(episode: torch.Tensor, seed32: int, lows, highs, float32: boo
     (rounded to float32 values for envs that gymnasium starts in float32)."""
     env_index = torch.arange(episode.shape[0], device=episode.device, dtype=torch.int64)
     # The bits as float64 first: torch would turn int64 * float into the default float32.
-    columns = [bits_to_uniform(reset_bits(seed32, env_index, episode, k).double(), low, high) for k, (low, high) in enumerate(zip(lows, highs))]
+    columns = [
+        bits_to_uniform(reset_bits(seed32, env_index, episode, k).double(), low, high)
+        for k, (low, high) in enumerate(zip(lows, highs))
+    ]
     states = torch.stack(columns)
     return states.float().double() if float32 else states
 
@@ -141,8 +159,16 @@ class BoundEnv:
     @property
     def advance(self) -> Callable:
         d = self.definition
-        return _cached(("advance", d.id, self.params), lambda: bind(
-            advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=self.params, SELECT_STATE=tuples.select_each(d.state_size)))  # fmt: skip
+        return _cached(
+            ("advance", d.id, self.params),
+            lambda: bind(
+                advance,
+                ENV_STEP=d.step,
+                ENV_OBSERVE=d.observe,
+                PARAMS=self.params,
+                SELECT_STATE=tuples.select_each(d.state_size),
+            ),
+        )
 
     def kernel_functions(self, dtype: torch.dtype) -> tuple[Callable, Callable]:
         """``(begin_episode, advance_env)`` bound to this env, as kernels call them for state of
@@ -151,23 +177,36 @@ class BoundEnv:
         params = _float32_params(self.params) if dtype == torch.float32 else self.params
         space = d.action_space(self.params)
         load_action = _load_scalar if self.discrete else tuples.load_row(int(np.prod(space.shape)))
-        bound_advance = bind(advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=params, SELECT_STATE=tuples.select_each(d.state_size))
+        bound_advance = bind(
+            advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=params, SELECT_STATE=tuples.select_each(d.state_size)
+        )
         begin = bind(begin_episode, FLOAT32_INITIAL_STATE=d.float32_initial_state, STATE_SIZE=d.state_size)
-        step = bind(advance_env, ADVANCE=bound_advance, LOAD_ACTION=load_action, LOAD_STATE=tuples.load_column(d.state_size),
-                    STORE_STATE=tuples.store_column(d.state_size), STORE_OBS=tuples.store_column(d.obs_size))  # fmt: skip
+        step = bind(
+            advance_env,
+            ADVANCE=bound_advance,
+            LOAD_ACTION=load_action,
+            LOAD_STATE=tuples.load_column(d.state_size),
+            STORE_STATE=tuples.store_column(d.state_size),
+            STORE_OBS=tuples.store_column(d.obs_size),
+        )
         if dtype == torch.float32:
             return single_precision(begin), single_precision(step)
         return begin, step
 
     def initial_states(self, episode: torch.Tensor, constants) -> torch.Tensor:
         """Tensors: the ``(S, N)`` float64 initial states of each env's current episode."""
-        return initial_states(episode, constants.seed32, constants.lows, constants.highs, self.definition.float32_initial_state)
+        return initial_states(
+            episode, constants.seed32, constants.lows, constants.highs, self.definition.float32_initial_state
+        )
 
     def kernel_name(self, kernel: str, dtype: torch.dtype) -> str | None:
         """``<kernel>__<env>__<dtype>__<digest of the sources and parameters>``, or None when
         a source cannot be read (an env defined in a notebook): then nothing is cached on disk."""
         digest = hashlib.sha256(repr((self.params, str(dtype))).encode())
-        modules = {sys.modules[f.__module__] for f in (advance, select, bits_to_uniform, tuples.load_row, bind, self.definition.step, self.definition.observe)}
+        modules = {
+            sys.modules[f.__module__]
+            for f in (advance, select, bits_to_uniform, tuples.load_row, bind, self.definition.step, self.definition.observe)
+        }
         for module in sorted(modules, key=lambda m: m.__name__):
             try:
                 digest.update(inspect.getsource(module).encode())

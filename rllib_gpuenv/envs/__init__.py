@@ -1,8 +1,9 @@
-"""The env suite (one definition per file), a vector env class for each, and the registry of
-definitions that this package's ids and your own resolve through.
+"""The env suite (one file per env: its definition and its vector env class), and the registry
+of definitions that this package's ids and your own resolve through.
 
 ``ENV_DEFS`` maps every id of the suite to its definition; ``add_definition`` adds your own;
 ``make_vector_env`` builds any of them (or a definition given directly) as a ``GPUVectorEnv``.
+An env joins the suite with its file and one line in ``SUITE`` below.
 """
 
 from __future__ import annotations
@@ -11,51 +12,23 @@ import functools
 from typing import Any
 
 from rllib_gpuenv.core.env_def import EnvDef
-from rllib_gpuenv.core.vector_env import GPUVectorEnv
-from rllib_gpuenv.envs.acrobot import ACROBOT
-from rllib_gpuenv.envs.cartpole import CARTPOLE
-from rllib_gpuenv.envs.mountain_car import MOUNTAIN_CAR
-from rllib_gpuenv.envs.mountain_car_continuous import MOUNTAIN_CAR_CONTINUOUS
-from rllib_gpuenv.envs.pendulum import PENDULUM
+from rllib_gpuenv.envs.acrobot import AcrobotVectorEnv
+from rllib_gpuenv.envs.cartpole import CartPoleVectorEnv
+from rllib_gpuenv.envs.mountain_car import MountainCarVectorEnv
+from rllib_gpuenv.envs.mountain_car_continuous import MountainCarContinuousVectorEnv
+from rllib_gpuenv.envs.pendulum import PendulumVectorEnv
+from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
-ENV_DEFS: dict[str, EnvDef] = {d.id: d for d in (CARTPOLE, ACROBOT, MOUNTAIN_CAR, MOUNTAIN_CAR_CONTINUOUS, PENDULUM)}
+SUITE: tuple[type[GPUVectorEnv], ...] = (
+    CartPoleVectorEnv,
+    AcrobotVectorEnv,
+    MountainCarVectorEnv,
+    MountainCarContinuousVectorEnv,
+    PendulumVectorEnv,
+)
+ENV_DEFS: dict[str, EnvDef] = {cls.definition.id: cls.definition for cls in SUITE}
+_CLASSES: dict[EnvDef, type[GPUVectorEnv]] = {cls.definition: cls for cls in SUITE}
 _DEFINITIONS: dict[str, EnvDef] = dict(ENV_DEFS)  # the suite and the user's definitions
-
-
-class CartPoleVectorEnv(GPUVectorEnv):
-    """``GPUCartPole-v1``: gymnasium's CartPole-v1 (``envs/cartpole.py``)."""
-
-    definition = CARTPOLE
-
-
-class AcrobotVectorEnv(GPUVectorEnv):
-    """``GPUAcrobot-v1``: gymnasium's Acrobot-v1 (``envs/acrobot.py``)."""
-
-    definition = ACROBOT
-
-
-class MountainCarVectorEnv(GPUVectorEnv):
-    """``GPUMountainCar-v0``: gymnasium's MountainCar-v0 (``envs/mountain_car.py``)."""
-
-    definition = MOUNTAIN_CAR
-
-
-class MountainCarContinuousVectorEnv(GPUVectorEnv):
-    """``GPUMountainCarContinuous-v0``: gymnasium's MountainCarContinuous-v0 (``envs/mountain_car_continuous.py``)."""
-
-    definition = MOUNTAIN_CAR_CONTINUOUS
-
-
-class PendulumVectorEnv(GPUVectorEnv):
-    """``GPUPendulum-v1``: gymnasium's Pendulum-v1 (``envs/pendulum.py``)."""
-
-    definition = PENDULUM
-
-
-_CLASSES: dict[EnvDef, type[GPUVectorEnv]] = {
-    cls.definition: cls
-    for cls in (CartPoleVectorEnv, AcrobotVectorEnv, MountainCarVectorEnv, MountainCarContinuousVectorEnv, PendulumVectorEnv)
-}
 
 
 def add_definition(definition: EnvDef) -> None:
@@ -89,6 +62,9 @@ def make_vector_env(env: EnvDef | str, num_envs: int = 1, **kwargs: Any) -> GPUV
     if isinstance(env, str):
         definition = env_definition(env)
         if definition is None:
-            raise ValueError(f"unknown env {env!r}: known here are {', '.join(_DEFINITIONS)} (register yours with rllib_gpuenv.register_env)")
+            raise ValueError(
+                f"unknown env {env!r}: known here are {', '.join(_DEFINITIONS)} (register yours with "
+                f"rllib_gpuenv.register_env)"
+            )
         env = definition
     return vector_env_class(env)(num_envs, **kwargs)

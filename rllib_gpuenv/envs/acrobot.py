@@ -37,6 +37,7 @@ from gymnasium import spaces
 from rllib_gpuenv.core.env_def import EnvDef, uniform_reset_bounds
 from rllib_gpuenv.core.jit import jitable
 from rllib_gpuenv.core.ops import clip, cos, select, sin, square, to_float, wrap
+from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
 PI = math.pi
 GRAVITY = 9.8  # gymnasium's _dsdt hard-codes it
@@ -128,3 +129,9 @@ ACROBOT = EnvDef(
     reward_threshold=-100.0,
     float32_initial_state=True,
 )
+
+
+class AcrobotVectorEnv(GPUVectorEnv):
+    """``GPUAcrobot-v1``: gymnasium's Acrobot-v1, ``num_envs`` copies stepped at once on a device."""
+
+    definition = ACROBOT

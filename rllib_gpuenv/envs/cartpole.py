@@ -36,6 +36,7 @@ from gymnasium import spaces
 from rllib_gpuenv.core.env_def import EnvDef, observe_state, uniform_reset_bounds
 from rllib_gpuenv.core.jit import jitable
 from rllib_gpuenv.core.ops import cos, select, sin, to_float
+from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
 
 class CartPoleParams(NamedTuple):
@@ -68,7 +69,9 @@ def step(state, action, p):
         )
         xacc = temp - polemass_length * thetaacc * costheta / total_mass
         x, x_dot, theta, theta_dot = x + dt * x_dot, x_dot + dt * xacc, theta + dt * theta_dot, theta_dot + dt * thetaacc
-    terminated = (x < -p.x_threshold) | (x > p.x_threshold) | (theta < -p.theta_threshold_radians) | (theta > p.theta_threshold_radians)
+    terminated = (
+        (x < -p.x_threshold) | (x > p.x_threshold) | (theta < -p.theta_threshold_radians) | (theta > p.theta_threshold_radians)
+    )
     # +1 per step; Sutton & Barto's: 0 per step, -1 on termination.
     reward = select(terminated, -1.0, 0.0) if p.sutton_barto_reward else 1.0
     return (x, x_dot, theta, theta_dot), reward, terminated
@@ -94,3 +97,9 @@ CARTPOLE = EnvDef(
     max_episode_steps=500,
     reward_threshold=475.0,
 )
+
+
+class CartPoleVectorEnv(GPUVectorEnv):
+    """``GPUCartPole-v1``: gymnasium's CartPole-v1, ``num_envs`` copies stepped at once on a device."""
+
+    definition = CARTPOLE

@@ -32,6 +32,7 @@ from gymnasium.envs.classic_control import utils
 from rllib_gpuenv.core.env_def import EnvDef, observe_state
 from rllib_gpuenv.core.jit import jitable
 from rllib_gpuenv.core.ops import clip, cos, select, to_float
+from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
 
 class MountainCarParams(NamedTuple):
@@ -74,3 +75,9 @@ MOUNTAIN_CAR = EnvDef(
     max_episode_steps=200,
     reward_threshold=-110.0,
 )
+
+
+class MountainCarVectorEnv(GPUVectorEnv):
+    """``GPUMountainCar-v0``: gymnasium's MountainCar-v0, ``num_envs`` copies stepped at once on a device."""
+
+    definition = MOUNTAIN_CAR

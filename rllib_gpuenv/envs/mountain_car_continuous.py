@@ -37,6 +37,7 @@ from rllib_gpuenv.core.env_def import EnvDef, observe_state
 from rllib_gpuenv.core.jit import jitable
 from rllib_gpuenv.core.ops import clip, cos, select, to_float32
 from rllib_gpuenv.envs.mountain_car import reset_bounds
+from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
 
 class MountainCarContinuousParams(NamedTuple):
@@ -96,3 +97,10 @@ MOUNTAIN_CAR_CONTINUOUS = EnvDef(
     max_episode_steps=999,
     reward_threshold=90.0,
 )
+
+
+class MountainCarContinuousVectorEnv(GPUVectorEnv):
+    """``GPUMountainCarContinuous-v0``: gymnasium's MountainCarContinuous-v0, ``num_envs`` copies
+    stepped at once on a device."""
+
+    definition = MOUNTAIN_CAR_CONTINUOUS

@@ -36,6 +36,7 @@ from gymnasium.envs.classic_control import utils
 from rllib_gpuenv.core.env_def import EnvDef
 from rllib_gpuenv.core.jit import jitable
 from rllib_gpuenv.core.ops import clip, cos, sin, square, to_float32
+from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
 PI = math.pi
 DEFAULT_X, DEFAULT_Y = math.pi, 1.0  # gymnasium's default initial-state bounds
@@ -102,3 +103,9 @@ PENDULUM = EnvDef(
     max_episode_steps=200,
     prepare_render=prepare_render,
 )
+
+
+class PendulumVectorEnv(GPUVectorEnv):
+    """``GPUPendulum-v1``: gymnasium's Pendulum-v1, ``num_envs`` copies stepped at once on a device."""
+
+    definition = PENDULUM

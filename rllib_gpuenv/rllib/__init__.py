@@ -6,4 +6,12 @@ from rllib_gpuenv.rllib.learner import DevicePPOTorchLearner
 from rllib_gpuenv.rllib.ppo import DevicePPO, DevicePPOConfig
 from rllib_gpuenv.rllib.rollout import Rollout
 
-__all__ = ["DeviceDQN", "DeviceDQNConfig", "DeviceEnvRunner", "DevicePPO", "DevicePPOConfig", "DevicePPOTorchLearner", "Rollout"]
+__all__ = [
+    "DeviceDQN",
+    "DeviceDQNConfig",
+    "DeviceEnvRunner",
+    "DevicePPO",
+    "DevicePPOConfig",
+    "DevicePPOTorchLearner",
+    "Rollout",
+]

@@ -20,8 +20,8 @@ class CopyEpisodesForLearner(RLlibCallback):
     """Replace the episodes ``sample()`` returns by copies (``SingleAgentEpisode.slice``).
 
     The copies hold the same data (lookback included) and ids, so training is unchanged; only
-    the env runner's metrics stop seeing the learner's in-place edits. Cost: about 70 µs per
-    episode chunk (15 ms for the 218 chunks of a 2,048-step CartPole batch from 128 envs).
+    the env runner's metrics stop seeing the learner's in-place edits. Its cost per episode
+    chunk is in benchmarks/RESULTS.md ("Episode metrics on RLlib's stock runner").
     """
 
     def on_sample_end(self, *, samples, **kwargs) -> None:

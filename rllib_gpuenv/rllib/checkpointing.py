@@ -67,7 +67,11 @@ def random_generator_states() -> dict:
 
 def set_random_generator_states(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    if state.get("torch_cuda") is not None and torch.cuda.is_available() and len(state["torch_cuda"]) == torch.cuda.device_count():
+    if (
+        state.get("torch_cuda") is not None
+        and torch.cuda.is_available()
+        and len(state["torch_cuda"]) == torch.cuda.device_count()
+    ):
         torch.cuda.set_rng_state_all(state["torch_cuda"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])

@@ -27,15 +27,20 @@ class DeviceRolloutsConfig:
         self.num_env_runners = 0  # one local runner on the default device
         self.num_envs_per_env_runner = 64
 
-    def device_rollouts(self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided,
-                        rescale_observations=NotProvided):  # fmt: skip
+    def device_rollouts(
+        self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided, rescale_observations=NotProvided
+    ):
         """Where env runners work (``"auto"``, ``"cpu"``, ``"cuda:N"``), steps per env per
         rollout, whether to check every env/module tensor's device (debugging), and whether
         the module sees observations rescaled from their space's finite bounds to [-1, 1]
         (``RescaleObservations``: for envs whose observations differ in scale, as RLlib's
         ``normalize_actions`` does for actions)."""
-        return self._set_provided(env_runner_device=device, rollout_length=rollout_length, check_devices=check_devices,
-                                  rescale_observations=rescale_observations)  # fmt: skip
+        return self._set_provided(
+            env_runner_device=device,
+            rollout_length=rollout_length,
+            check_devices=check_devices,
+            rescale_observations=rescale_observations,
+        )
 
     def devices(self, *, learner=NotProvided, env_runners=NotProvided, evaluation=NotProvided):
         """One device per role, as rlstructures does: e.g. the learner on ``"cuda:0"``, the
@@ -62,9 +67,13 @@ class DeviceRolloutsConfig:
     def _validate_device_rollouts(self) -> None:
         if isinstance(self.rollout_length, bool) or not isinstance(self.rollout_length, int) or self.rollout_length < 1:
             raise ValueError(f"rollout_length must be a positive integer, got {self.rollout_length!r}")
-        if isinstance(self.num_envs_per_env_runner, bool) or not isinstance(self.num_envs_per_env_runner, int) or self.num_envs_per_env_runner < 1:
+        if (
+            isinstance(self.num_envs_per_env_runner, bool)
+            or not isinstance(self.num_envs_per_env_runner, int)
+            or self.num_envs_per_env_runner < 1
+        ):
             raise ValueError(f"num_envs_per_env_runner must be a positive integer, got {self.num_envs_per_env_runner!r}")
-        from rllib_gpuenv.devices import resolve_device
+        from rllib_gpuenv.core.devices import resolve_device
 
         for device in (self.env_runner_device, self.eval_env_runner_device):
             if device not in (None, "auto"):
@@ -75,7 +84,7 @@ class DeviceRolloutsConfig:
         """Turn ``learner_device`` into RLlib's ``num_gpus_per_learner`` and ``local_gpu_idx``."""
         if self.learner_device is None:
             return
-        from rllib_gpuenv.devices import resolve_device
+        from rllib_gpuenv.core.devices import resolve_device
 
         device = resolve_device(self.learner_device)
         if self.num_learners > 0:

@@ -40,12 +40,12 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_gpuenv.rllib import action_sampling
+from rllib_gpuenv.rllib.checkpointing import ResumesExactly
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
 from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
-from rllib_gpuenv.rllib.rollout import Rollout
-from rllib_gpuenv.rllib.checkpointing import ResumesExactly
 from rllib_gpuenv.rllib.resources import ChecksResources
+from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.sampling import sample_rollouts
 
 N_STEP = "n_step"
@@ -105,7 +105,10 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
         self.training_intensity = 8  # 16 minibatches of 128 per round of 256 env steps
         self.target_network_update_freq = 500  # env steps: every other round, every 32 minibatches
         self.num_steps_sampled_before_learning_starts = 1000
-        self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 10_000}  # uniform, as the device buffer samples
+        self.replay_buffer_config = {
+            "type": "EpisodeReplayBuffer",
+            "capacity": 10_000,
+        }  # uniform, as the device buffer samples
         self.epsilon = [[0, 1.0], [5_000, 0.01]]
         self.learner_device = "auto"  # the replay buffer's device too: the GPU if there is one
         self._model_config = {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}
@@ -116,7 +119,7 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         return RLModuleSpec(module_class=DeviceDQNTorchRLModule, model_config=self.model_config)
 
-    def device_replay(self, *, checkpoint_replay_buffer: bool | None = None) -> "DeviceDQNConfig":
+    def device_replay(self, *, checkpoint_replay_buffer: bool | None = None) -> DeviceDQNConfig:
         """Whether checkpoints hold the replay buffer's transitions."""
         if checkpoint_replay_buffer is not None:
             self.checkpoint_replay_buffer = bool(checkpoint_replay_buffer)
@@ -199,7 +202,9 @@ class DeviceDQN(ResumesExactly, ChecksResources, DQN):
         if self._device_buffer is None:
             device = self.learner_group._learner._device
             example = {k: v[0] for k, v in transitions.items()}
-            self._device_buffer = DeviceReplayBuffer(self.config.replay_buffer_config["capacity"], example, device, self.config.seed)
+            self._device_buffer = DeviceReplayBuffer(
+                self.config.replay_buffer_config["capacity"], example, device, self.config.seed
+            )
             if self._pending_buffer_state is not None:
                 self._device_buffer.set_state(self._pending_buffer_state)
                 self._pending_buffer_state = None
@@ -247,7 +252,10 @@ class DeviceDQN(ResumesExactly, ChecksResources, DQN):
         state = super().get_state(*args, **kwargs)
         if self._device_buffer is not None:
             state[REPLAY_BUFFER_STATE] = self._device_buffer.get_state(with_contents=self.config.checkpoint_replay_buffer)
-        state[SCHEDULES_STATE] = {"learning_starts_at": self._learning_starts_at, "target_updated_at": self._target_updates().copy()}
+        state[SCHEDULES_STATE] = {
+            "learning_starts_at": self._learning_starts_at,
+            "target_updated_at": self._target_updates().copy(),
+        }
         return state
 
     def _target_updates(self) -> dict:

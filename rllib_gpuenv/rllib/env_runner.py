@@ -40,7 +40,7 @@ from ray.rllib.utils.metrics import (
     EPISODE_RETURN_MIN,
 )
 
-from rllib_gpuenv.devices import resolve_device
+from rllib_gpuenv.core.devices import resolve_device
 from rllib_gpuenv.envs import env_definition, make_vector_env
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.rollout import Rollout
@@ -72,7 +72,9 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
     return torch.device("cpu")  # a remote runner without GPUs (Ray hides them from it)
 
 
-def make_device_env(env_spec, num_envs: int, device: torch.device, env_config: dict, num_threads: int | None = None) -> gym.vector.VectorEnv:
+def make_device_env(
+    env_spec, num_envs: int, device: torch.device, env_config: dict, num_threads: int | None = None
+) -> gym.vector.VectorEnv:
     """A vector env whose inputs and outputs are tensors on ``device``.
 
     Registered ``GPUVectorEnv`` ids (the suite's, or yours: ``"your_module:Env-v0"`` imports
@@ -86,7 +88,9 @@ def make_device_env(env_spec, num_envs: int, device: torch.device, env_config: d
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:
         if num_threads is not None and env_config.get("backend", "auto") in ("auto", "numba-cpu"):
             env_config.setdefault("num_threads", num_threads)
-        return make_vector_env(env_spec, num_envs, device=device, output="torch", reuse_outputs=True, validate_actions=False, **env_config)
+        return make_vector_env(
+            env_spec, num_envs, device=device, output="torch", reuse_outputs=True, validate_actions=False, **env_config
+        )
     if not isinstance(env_spec, str):
         raise ValueError(f"the device env runner needs a gymnasium env id, got {env_spec!r}")
     return DeviceEnv(gym.make_vec(env_spec, num_envs=num_envs, vectorization_mode="sync", **env_config), device)
@@ -140,7 +144,9 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self.num_envs = env.num_envs
         self._obs = None
         self._buffers: Rollout | None = None
-        self._actions_for_env = ActionsForEnv(env.single_action_space, config.normalize_actions, config.clip_actions, self._device)
+        self._actions_for_env = ActionsForEnv(
+            env.single_action_space, config.normalize_actions, config.clip_actions, self._device
+        )
         # (return, length) of this runner's share of the last metrics_num_episodes_for_smoothing episodes
         window = math.ceil(config.metrics_num_episodes_for_smoothing / max(1, config.num_env_runners))
         self._recent_episodes: collections.deque = collections.deque(maxlen=max(1, window))
@@ -190,12 +196,20 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         flags = torch.zeros(N, dtype=torch.bool, device=device)
         rewards = torch.zeros(N, dtype=torch.float32, device=device)
         return Rollout(
-            obs=empty(self._obs), actions=empty(actions), logp=empty(rewards), rewards=empty(rewards),
+            obs=empty(self._obs),
+            actions=empty(actions),
+            logp=empty(rewards),
+            rewards=empty(rewards),
             dist_inputs=None if dist_inputs is None else empty(dist_inputs),
-            terminated=empty(flags), truncated=empty(flags), valid=empty(flags), last_obs=torch.empty_like(self._obs),
-        )  # fmt: skip
+            terminated=empty(flags),
+            truncated=empty(flags),
+            valid=empty(flags),
+            last_obs=torch.empty_like(self._obs),
+        )
 
-    def sample(self, *, num_timesteps=None, num_episodes=None, explore=None, random_actions=False, force_reset=False, **kwargs):
+    def sample(
+        self, *, num_timesteps=None, num_episodes=None, explore=None, random_actions=False, force_reset=False, **kwargs
+    ):
         """Collect ``rollout_length`` steps of every env into a ``Rollout``.
 
         Asked for a number of episodes or timesteps (what RLlib's evaluation does), the runner
@@ -229,7 +243,9 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                     episodes.append((info["_episode"].clone(), info["episode"]["r"].clone(), info["episode"]["l"].clone()))
             r.last_obs.copy_(self._obs)
         ended, returns, lengths = (torch.stack(x) for x in zip(*episodes)) if episodes else (None, None, None)
-        self._log_metrics(T * self.num_envs, returns[ended] if episodes else torch.zeros(0), lengths[ended] if episodes else torch.zeros(0))
+        self._log_metrics(
+            T * self.num_envs, returns[ended] if episodes else torch.zeros(0), lengths[ended] if episodes else torch.zeros(0)
+        )
         rollout = self._buffers
         if self.worker_index:  # a remote runner: the rollout travels through Ray's object store
             rollout = rollout.to("cpu")
@@ -254,8 +270,13 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             returns, lengths, steps = [], [], 0
             while len(episodes) < num_episodes:
                 count = min(N, num_episodes - len(episodes))
-                played = self._play(explore, getattr(self.env, "max_episode_steps", None) or 100_000, count,
-                                    stop=lambda done, count=count: bool(done[:count].all()), reset=True)  # fmt: skip
+                played = self._play(
+                    explore,
+                    getattr(self.env, "max_episode_steps", None) or 100_000,
+                    count,
+                    stop=lambda done, count=count: bool(done[:count].all()),
+                    reset=True,
+                )
                 new = [chunk for i in range(count) for chunk in self._chunks(played, i)[:1] if chunk.is_done]
                 episodes += new
                 returns += [float(e.get_return()) for e in new]
@@ -286,8 +307,14 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                 valid = ~self._prev_done
                 self._obs, reward, term, trunc, info = self.env.step(self._actions_for_env(actions))
                 self._prev_done = term | trunc
-                for key, value in (("obs", self._obs), ("actions", actions), ("rewards", reward),
-                                   ("terminated", term), ("truncated", trunc), ("valid", valid)):  # fmt: skip
+                for key, value in (
+                    ("obs", self._obs),
+                    ("actions", actions),
+                    ("rewards", reward),
+                    ("terminated", term),
+                    ("truncated", trunc),
+                    ("valid", valid),
+                ):
                     record[key].append(value[:recorded].clone())
                 if "episode" in info:  # copies: the env may reuse its output buffers next step
                     ended.append((info["_episode"].clone(), info["episode"]["r"].clone(), info["episode"]["l"].clone()))
@@ -320,11 +347,15 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def _episode(self, played: dict, i: int, start: int, end: int) -> SingleAgentEpisode:
         """Env ``i``'s steps ``[start, end)`` as an RLlib episode (numpy)."""
         return SingleAgentEpisode(
-            observations=list(played["obs"][start : end + 1, i]), actions=list(played["actions"][start:end, i]),
-            rewards=list(played["rewards"][start:end, i]), terminated=bool(played["terminated"][end - 1, i]),
-            truncated=bool(played["truncated"][end - 1, i]), len_lookback_buffer=0,
-            observation_space=self.env.single_observation_space, action_space=self.env.single_action_space,
-        ).to_numpy()  # fmt: skip
+            observations=list(played["obs"][start : end + 1, i]),
+            actions=list(played["actions"][start:end, i]),
+            rewards=list(played["rewards"][start:end, i]),
+            terminated=bool(played["terminated"][end - 1, i]),
+            truncated=bool(played["truncated"][end - 1, i]),
+            len_lookback_buffer=0,
+            observation_space=self.env.single_observation_space,
+            action_space=self.env.single_action_space,
+        ).to_numpy()
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:

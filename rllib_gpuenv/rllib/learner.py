@@ -6,11 +6,11 @@ additions:
 * **Advantages on the learner.** ``DevicePPO`` hands the learner rollouts (``rollout.py``),
   flattened env-major; before the minibatch loop the learner computes every value in one
   batched pass of its critic and GAE on its device. The env runners then need only RLlib's
-  inference-only module (the actor), and weight sync is RLlib's own. Measured against values
-  computed on the runner at every step: see benchmarks/RESULTS.md ("where the values go").
+  inference-only module (the actor), and weight sync is RLlib's own. Against values computed
+  on the runner at every step: benchmarks/RESULTS.md ("PPO's values and GAE").
 * **A cheaper optimizer step.** ``torch.optim.Adam`` defaults to one loop over the parameters
-  in Python; the fused implementation does the whole step in one kernel (3.6x faster on
-  CartPole's actor-critic on a CPU, one launch instead of dozens on a GPU). RLlib tests every
+  in Python; the fused implementation does the whole step in one kernel (one launch instead
+  of dozens on a GPU; benchmarks/RESULTS.md, "Reward vs wall time", has the CPU figures). RLlib tests every
   gradient tensor for NaN/inf twice, one host sync per tensor; here one check covers all of
   them, and only when it fails does RLlib's own handling (warn, zero the NaNs) run.
 """
@@ -81,8 +81,14 @@ class DevicePPOTorchLearner(FusedAdamLearnerMixin, PPOTorchLearner):
         def time_major(key):
             return tensors[key].reshape(n, T).T
 
-        advantages, targets = compute_gae(time_major(Columns.REWARDS), values, time_major(Columns.TERMINATEDS),
-                                          time_major(Columns.TRUNCATEDS), config.gamma, config.lambda_)  # fmt: skip
+        advantages, targets = compute_gae(
+            time_major(Columns.REWARDS),
+            values,
+            time_major(Columns.TERMINATEDS),
+            time_major(Columns.TRUNCATEDS),
+            config.gamma,
+            config.lambda_,
+        )
         valid = time_major(Columns.LOSS_MASK)
         normalised = (advantages - advantages[valid].mean()) / advantages[valid].std().clamp_min(1e-4)
         tensors[ADVANTAGES] = normalised.T.reshape(-1)

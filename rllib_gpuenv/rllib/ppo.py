@@ -26,10 +26,10 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
-from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.checkpointing import ResumesExactly
+from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
 from rllib_gpuenv.rllib.resources import ChecksResources
+from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.sampling import sample_rollouts
 
 
@@ -65,7 +65,8 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
         total = self.device_batch_size
         if self.num_envs_per_env_runner * max(1, self.num_env_runners) % learners:
             raise ValueError(
-                f"num_envs_per_env_runner × runners = {self.num_envs_per_env_runner * max(1, self.num_env_runners)} envs do not "
+                f"num_envs_per_env_runner × runners = {self.num_envs_per_env_runner * max(1, self.num_env_runners)} "
+                f"envs do not "
                 f"split over {learners} learners (each learner takes whole envs' rollouts): make it a multiple of {learners}"
             )
         expected = total // learners
@@ -138,7 +139,11 @@ class DevicePPO(ResumesExactly, ChecksResources, PPO):
         """RLlib's PPO update (its loss, epochs and minibatches) on one rollout: the local
         learner takes it whole, remote learners a share of its envs each."""
         learners = self.config.num_learners
-        data = {"batch": rollout_batch(rollout)} if learners <= 1 else {"batches": [rollout_batch(r) for r in split_envs(rollout, learners)]}
+        data = (
+            {"batch": rollout_batch(rollout)}
+            if learners <= 1
+            else {"batches": [rollout_batch(r) for r in split_envs(rollout, learners)]}
+        )
         return self.learner_group.update(
             **data,
             rollout_length=rollout.length,

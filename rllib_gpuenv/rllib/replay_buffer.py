@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rllib_gpuenv.devices import check_fits
+from rllib_gpuenv.core.devices import check_fits
 
 
 class DeviceReplayBuffer:

@@ -70,20 +70,33 @@ def resource_demands(config, *, main_process_here: bool = False) -> list[Demand]
     demands: list[Demand] = []
     if not main_process_here:
         cpu_setting = "num_cpus_for_main_process"
-        if config.num_learners == 0 and config.num_cpus_per_learner != "auto" and config.num_cpus_per_learner > config.num_cpus_for_main_process:
+        if (
+            config.num_learners == 0
+            and config.num_cpus_per_learner != "auto"
+            and config.num_cpus_per_learner > config.num_cpus_for_main_process
+        ):
             cpu_setting = "num_cpus_per_learner"
-        demands += role("algorithm's main process", None, [_get_main_process_bundle(config)], {"CPU": cpu_setting, "GPU": "num_gpus_per_learner"})
+        demands += role(
+            "algorithm's main process",
+            None,
+            [_get_main_process_bundle(config)],
+            {"CPU": cpu_setting, "GPU": "num_gpus_per_learner"},
+        )
     runner_settings = {"CPU": "num_cpus_per_env_runner", "GPU": "num_gpus_per_env_runner"}
     demands += role("env runners", "num_env_runners", _get_env_runner_bundles(config), runner_settings)
     eval_config = config.get_evaluation_config_object()
     algo_class = config.algo_class
     if getattr(algo_class, "_should_create_evaluation_env_runners", lambda c: c.evaluation_num_env_runners > 0)(eval_config):
-        demands += role("evaluation env runners", "evaluation_num_env_runners", _get_env_runner_bundles(eval_config), runner_settings)
+        demands += role(
+            "evaluation env runners", "evaluation_num_env_runners", _get_env_runner_bundles(eval_config), runner_settings
+        )
     if config.num_learners > 0:  # a learner's bundle also holds its aggregator actors' CPUs
         cpu = None if config.num_aggregator_actors_per_learner else "num_cpus_per_learner"
         demands += role("learners", "num_learners", _get_learner_bundles(config), {"CPU": cpu, "GPU": "num_gpus_per_learner"})
     else:  # aggregator actors beside a local learner, 1 CPU each
-        demands += role("aggregator actors", "num_aggregator_actors_per_learner", _get_learner_bundles(config), {"CPU": None, "GPU": None})
+        demands += role(
+            "aggregator actors", "num_aggregator_actors_per_learner", _get_learner_bundles(config), {"CPU": None, "GPU": None}
+        )
     return demands
 
 
@@ -126,7 +139,11 @@ def _shortage(resource: str, demands: list[Demand], have: float) -> str | None:
         return None
     parts = " + ".join(d.describe(resource) for d in demands if d.total(resource))
     fixes = [_fix(d, resource, have, need) for d in demands if d.total(resource)]
-    fixes.append("add a node with a GPU to the cluster" if resource == "GPU" else f"give Ray more CPUs (ray.init(num_cpus={math.ceil(need)}), or add nodes)")
+    fixes.append(
+        "add a node with a GPU to the cluster"
+        if resource == "GPU"
+        else f"give Ray more CPUs (ray.init(num_cpus={math.ceil(need)}), or add nodes)"
+    )
     return (
         f"it asks Ray for {_fmt(need)} {resource}(s) but the cluster has {_fmt(have)}: {parts}. "
         f"Fix: {'; or '.join(f for f in fixes if f)}"
@@ -169,7 +186,6 @@ def _local_learner_gpu_problem(config) -> str | None:
         "but torch sees no CUDA GPU in this process. Fix: set num_gpus_per_learner=0 (the learner then works on the "
         "CPU), or run where a GPU is"
     )
-
 
 
 class ChecksResources:

@@ -61,12 +61,16 @@ class Rollout:
         """``(T, N, *obs_shape)``: the observation each step led to (see the module doc)."""
         return torch.cat([self.obs[1:], self.last_obs.unsqueeze(0)])
 
-    def to(self, device: torch.device | str) -> "Rollout":
-        return Rollout(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
-                          for f in dataclasses.fields(self)})  # fmt: skip
+    def to(self, device: torch.device | str) -> Rollout:
+        return Rollout(
+            **{
+                f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                for f in dataclasses.fields(self)
+            }
+        )
 
     @staticmethod
-    def concat_envs(rollouts: list["Rollout"]) -> "Rollout":
+    def concat_envs(rollouts: list[Rollout]) -> Rollout:
         """Rollouts of the same length from several runners side by side: ``(T, sum N, ...)``."""
         if len(rollouts) == 1:
             return rollouts[0]

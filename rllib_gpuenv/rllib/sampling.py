@@ -28,6 +28,10 @@ def sample_rollouts(env_runner_group, timeout_s: float | None) -> tuple[list[Rol
     results = env_runner_group.foreach_env_runner(_sample_and_metrics, local_env_runner=False, timeout_seconds=timeout_s)
     expected = env_runner_group.num_healthy_remote_workers()
     if len(results) < expected:
-        logger.warning("%d of %d env runners did not return a rollout within sample_timeout_s=%s s; training on the others",
-                       expected - len(results), expected, timeout_s)  # fmt: skip
+        logger.warning(
+            "%d of %d env runners did not return a rollout within sample_timeout_s=%s s; training on the others",
+            expected - len(results),
+            expected,
+            timeout_s,
+        )
     return [r[0] for r in results], [r[1] for r in results]

@@ -1,0 +1,243 @@
+"""Watch a trained policy: ``rllib evaluate <checkpoint>`` / ``rllib-gpuenv evaluate <checkpoint>``.
+
+Loads the policy (the RLModule) of an RLlib algorithm checkpoint on any device, plays N
+episodes with deterministic actions in N copies of the checkpoint's env at once (each copy
+plays one episode), and prints their mean, min and max return. With ``--video out.mp4`` (or
+``.gif``) it records env 0's episode through the env's ``rgb_array`` render and writes it with
+imageio.
+
+The envs are those the device env runner uses (``make_device_env``): a GPU env of this package
+runs on the chosen device, any other gymnasium id runs vectorised by gymnasium with its inputs
+and outputs moved to that device. The policy sees the env's observations as they are, as
+RLlib's default connectors give them; a checkpoint whose config adds its own env-to-module
+or module-to-env connectors, a stateful (recurrent) module or several agents is refused with
+an error saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+VIDEO_SUFFIXES = (".mp4", ".gif")
+MODULE_PATH = ("learner_group", "learner", "rl_module")
+
+
+class EvaluationError(ValueError):
+    """A checkpoint or option that evaluation cannot use, with what to do instead."""
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """The returns and lengths of the episodes played, and the video written (if any)."""
+
+    returns: list[float]
+    lengths: list[int]
+    video: str | None = None
+    frames: int = 0
+
+    def summary(self) -> str:
+        r = np.asarray(self.returns)
+        return (
+            f"{len(r)} episodes: mean return {r.mean():.2f}, min {r.min():.2f}, max {r.max():.2f} "
+            f"(mean length {np.mean(self.lengths):.1f})"
+        )
+
+
+def _load_pickle(path: Path):
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        raise EvaluationError(f"{path}: missing from the checkpoint") from None
+    except Exception as err:  # a truncated or corrupt file: name it
+        raise EvaluationError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+
+
+def load_checkpoint(checkpoint: str | os.PathLike):
+    """The algorithm config and the policy (RLModule) saved in an algorithm checkpoint."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    path = Path(checkpoint).expanduser().resolve()
+    if not (path / "rllib_checkpoint.json").is_file():
+        hint = ""
+        if path.is_dir():
+            found = sorted(p.parent for p in path.glob("**/rllib_checkpoint.json"))
+            hint = (
+                f"; checkpoints below it: {', '.join(map(str, found[:3]))}"
+                if found
+                else "; a Tune run keeps them in <trial>/checkpoint_NNNNNN"
+            )
+        raise EvaluationError(f"{path}: not an RLlib algorithm checkpoint (no rllib_checkpoint.json){hint}")
+    saved = _load_pickle(path / "class_and_ctor_args.pkl")
+    try:
+        algo_class = saved["class"]
+        config = algo_class.get_default_config().from_state(saved["ctor_args_and_kwargs"][0][0])
+    except (KeyError, IndexError, TypeError, AttributeError) as err:
+        raise EvaluationError(f"{path / 'class_and_ctor_args.pkl'}: not an algorithm's saved config ({err!r})") from None
+    if config.is_multi_agent:
+        raise EvaluationError(f"{path}: a multi-agent checkpoint; evaluate plays single-agent policies")
+    for setting in ("_env_to_module_connector", "_module_to_env_connector"):
+        if getattr(config, setting, None) is not None:
+            raise EvaluationError(
+                f"{path}: its config adds {setting.strip('_')} pieces, which evaluate does not apply; "
+                "restore the algorithm (Algorithm.from_checkpoint) and use algo.evaluate() instead"
+            )
+    module_dir = path.joinpath(*MODULE_PATH, DEFAULT_MODULE_ID)
+    if not module_dir.is_dir():
+        raise EvaluationError(f"{module_dir}: missing from the checkpoint (the policy's weights)")
+    try:
+        module = RLModule.from_checkpoint(module_dir)
+    except Exception as err:
+        raise EvaluationError(f"{module_dir}: cannot be loaded ({type(err).__name__}: {err})") from None
+    if module.is_stateful():
+        raise EvaluationError(f"{path}: a stateful (recurrent) policy; evaluate plays stateless ones")
+    return config, module
+
+
+def _deterministic_actions(module, obs: torch.Tensor) -> torch.Tensor:
+    """RLlib's inference path: the module's actions, or its distribution's most likely one."""
+    from ray.rllib.core.columns import Columns
+
+    out = module.forward_inference({Columns.OBS: obs})
+    if Columns.ACTIONS in out:
+        actions = out[Columns.ACTIONS]
+    else:
+        dist = module.get_inference_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+        actions = dist.to_deterministic().sample()
+    return actions
+
+
+def _to_env_actions(actions: torch.Tensor, config, action_space, device: torch.device) -> torch.Tensor:
+    """What RLlib's NormalizeAndClipActions connector does to continuous actions."""
+    import gymnasium as gym
+    from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
+
+    if not isinstance(action_space, gym.spaces.Box):
+        return actions
+    numpy_actions = actions.cpu().numpy()
+    if config.normalize_actions:
+        numpy_actions = unsquash_action(numpy_actions, action_space)
+    elif config.clip_actions:
+        numpy_actions = clip_action(numpy_actions, action_space)
+    return torch.as_tensor(numpy_actions, device=device)
+
+
+def _frame(env) -> np.ndarray:
+    frame = env.render()
+    if isinstance(frame, (tuple, list)):  # gymnasium's SyncVectorEnv renders every env
+        frame = frame[0]
+    return np.asarray(frame)
+
+
+def write_video(frames: list[np.ndarray], path: str, fps: float) -> str:
+    """An mp4 (imageio's ffmpeg) or a GIF (imageio's pillow) of the frames."""
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise EvaluationError('recording a video needs imageio: pip install "rllib_gpuenv[video]"') from None
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if path.endswith(".gif"):
+        imageio.mimsave(path, frames, duration=1000.0 / fps, loop=0)
+    else:
+        try:
+            imageio.mimsave(path, frames, fps=fps, macro_block_size=2)
+        except (ImportError, RuntimeError) as err:
+            raise EvaluationError(f'writing {path} needs ffmpeg: pip install "rllib_gpuenv[video]" ({err})') from None
+    return path
+
+
+def evaluate(
+    checkpoint: str | os.PathLike,
+    episodes: int = 10,
+    device: str = "auto",
+    video: str | None = None,
+    seed: int = 0,
+    max_steps: int = 100_000,
+) -> Evaluation:
+    """Play ``episodes`` deterministic episodes of the checkpoint's policy at once; record env 0 if asked."""
+    from rllib_gpuenv.core.devices import resolve_device
+    from rllib_gpuenv.rllib.env_runner import make_device_env
+
+    if episodes < 1:
+        raise EvaluationError(f"--episodes must be at least 1, got {episodes}")
+    if video is not None and not video.endswith(VIDEO_SUFFIXES):
+        raise EvaluationError(f"--video {video}: the file must end in {' or '.join(VIDEO_SUFFIXES)}")
+    torch_device = resolve_device(device)
+    config, module = load_checkpoint(checkpoint)
+    module = module.to(torch_device).eval()
+    env_config = dict(config.env_config or {})
+    if video is not None:
+        env_config["render_mode"] = "rgb_array"
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # gymnasium's pygame renderer needs no sound card
+    env = make_device_env(config.env, episodes, torch_device, env_config)
+    try:
+        logger.info("evaluating %s on %s: %d episodes of %s", checkpoint, torch_device, episodes, config.env)
+        obs, _ = env.reset(seed=seed)
+        returns = torch.zeros(episodes, dtype=torch.float64, device=torch_device)
+        lengths = torch.zeros(episodes, dtype=torch.int64, device=torch_device)
+        playing = torch.ones(episodes, dtype=torch.bool, device=torch_device)
+        frames = [_frame(env)] if video else []
+        with torch.no_grad():
+            for _ in range(max_steps):
+                actions = _deterministic_actions(module, obs.float() if obs.is_floating_point() else obs)
+                obs, reward, terminated, truncated, _ = env.step(
+                    _to_env_actions(actions, config, env.single_action_space, torch_device)
+                )
+                returns += torch.where(playing, reward.double(), 0.0)
+                lengths += playing.long()
+                recording = bool(video) and bool(playing[0])
+                playing &= ~(terminated | truncated)  # NEXT_STEP autoreset: later steps are other episodes
+                if recording:
+                    frames.append(_frame(env))
+                if not playing.any():
+                    break
+            else:
+                raise EvaluationError(
+                    f"{int(playing.sum())} of {episodes} episodes had not ended after {max_steps} steps: raise --max-steps"
+                )
+    finally:
+        env.close()
+    result = Evaluation(returns.cpu().tolist(), lengths.cpu().tolist())
+    if video:
+        result.video = write_video(frames, video, float(env.metadata.get("render_fps") or 30))
+        result.frames = len(frames)
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``evaluate CHECKPOINT [--episodes N] [--device D] [--video out.mp4|.gif]`` (for both commands)."""
+    parser.add_argument("checkpoint", help="an RLlib algorithm checkpoint folder (e.g. the main job's .../checkpoint)")
+    parser.add_argument(
+        "--episodes", type=int, default=10, help="deterministic episodes to play, all at once (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--device", default="auto", help="where the policy and the envs run: auto, cpu, cuda, cuda:N (default: %(default)s)"
+    )
+    parser.add_argument("--video", help="record env 0's episode to this .mp4 or .gif (through the env's rgb_array render)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the envs' first reset (default: %(default)s)")
+    parser.add_argument(
+        "--max-steps", type=int, default=100_000, help="give up when episodes last longer (default: %(default)s)"
+    )
+    parser.set_defaults(func=lambda args: _command(args, parser))
+
+
+def _command(args, parser: argparse.ArgumentParser) -> int:
+    try:
+        result = evaluate(args.checkpoint, args.episodes, args.device, args.video, args.seed, args.max_steps)
+    except (EvaluationError, ValueError) as err:
+        parser.error(str(err))
+    print(result.summary())
+    if result.video:
+        print(f"video of env 0's episode ({result.frames} frames) written to {result.video}")
+    return 0

@@ -1,0 +1,236 @@
+"""``rllib``: the command line RLlib used to ship, kept alive for experiment files.
+
+    rllib train file configs/gpu_cartpole_ppo.yaml          # an experiment file (YAML or Python)
+    rllib train -f old_tuned_example.yaml                   # the old spelling
+    rllib train --algo PPO --env GPUCartPole-v1 --stop '{"training_iteration": 2}'
+
+Every file and setting is checked before Ray starts: a mistake is one line,
+``rllib: error: <file>: experiment '<name>': <key>: <problem and fix>``. Old key and metric names,
+RLlib's transition flags and old-stack settings are translated or dropped with a warning each
+(``rllib_gpuenv.experiments.legacy``). Experiments run with Ray Tune, one progress row per result; results
+go to Tune's storage (``~/ray_results`` unless ``--storage-path``). An experiment with a
+``resource_search`` section runs the Tune resource search (``rllib_gpuenv.experiments.tune_resources``).
+Inside ``ray job submit`` the command joins the job's cluster.
+
+Subcommands register themselves in ``build_parser`` through one ``add_<name>_command(subparsers)``
+function each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import yaml
+
+from rllib_gpuenv.experiments.errors import ExperimentError
+
+logger = logging.getLogger(__name__)
+
+TRAIN_DESCRIPTION = """\
+Run experiments with Ray Tune, from files or from --algo/--env.
+
+  rllib train file EXPERIMENTS.yaml|.py [MORE FILES] [options]     (or: rllib train -f FILE)
+  rllib train --algo PPO --env GPUCartPole-v1 [--config JSON] [--stop JSON] [options]
+
+A YAML file holds {name: {run, env, stop, config, num_samples, checkpoint_config, storage_path,
+resource_search}}; `config` holds AlgorithmConfig settings (DevicePPO adds `devices` and
+`device_rollouts`). A Python file defines `config` (an AlgorithmConfig) and `stop`.
+
+Old files run: renamed keys (num_workers, num_envs_per_worker, sgd_minibatch_size, num_sgd_iter,
+model, lr_schedule, episode_reward_mean, timesteps_total, local_dir, checkpoint_freq, ...) are
+translated; RLlib's transition flags (_enable_learner_api, enable_connectors, use_pytorch, ...)
+and settings only the old API stack read are dropped, each with a warning that names the
+replacement; observation_filter: MeanStdFilter becomes RLlib's MeanStdFilter connector.
+
+Everything is checked before Ray starts; a mistake is one line naming file, experiment and key.
+A run needs a stop criterion on a metric RLlib or Tune reports (--no-stop runs until Ctrl-C).
+Progress: one row per result (return, env steps, env-steps/s, time); -v adds each trial's config.
+With `resource_search`, Tune tries the resource settings and writes the best as a file."""
+
+
+def _mapping(text: str) -> dict:
+    """A JSON (or YAML flow) mapping from the command line."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise argparse.ArgumentTypeError(f"not a JSON mapping: {text!r} ({' '.join(str(err).split())})") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON mapping such as '{{\"lr\": 0.001}}', got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rllib",
+        description="Train RLlib algorithms from experiment files or the command line (rllib_gpuenv's `rllib`).",
+        epilog="Run `rllib <command> --help` for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_train_command(sub)
+
+    from rllib_gpuenv.cli import evaluate
+
+    evaluate.add_arguments(sub.add_parser("evaluate", help="play a checkpoint's policy: returns, and a video with --video"))
+    return parser
+
+
+def add_train_command(subparsers) -> argparse.ArgumentParser:
+    train = subparsers.add_parser(
+        "train",
+        help="run experiments with Ray Tune",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=TRAIN_DESCRIPTION,
+    )
+    train.add_argument("source", nargs="*", metavar="file PATH", help="`file` followed by one or more experiment files")
+    train.add_argument(
+        "-f",
+        "--config-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an experiment file (old spelling of `file PATH`)",
+    )
+    train.add_argument("--algo", "--run", dest="algo", help="algorithm: DevicePPO, PPO, APPO, DQN, ... (without a file)")
+    train.add_argument("--env", help="env id (without a file), e.g. GPUCartPole-v1 or CartPole-v1")
+    train.add_argument(
+        "--config",
+        type=_mapping,
+        default={},
+        help="JSON mapping of AlgorithmConfig settings; with a file, overrides its config",
+    )
+    train.add_argument(
+        "--stop",
+        type=_mapping,
+        default={},
+        help="JSON mapping of stop criteria, e.g. '{\"training_iteration\": 10}'; with a file, added to its stop",
+    )
+    train.add_argument(
+        "--no-stop", action="store_true", help="allow experiments without stop criteria (they run until interrupted)"
+    )
+    train.add_argument("--framework", help="accepted for old command lines: torch is the only framework")
+    train.add_argument("--num-samples", type=int, help="trials per experiment")
+    train.add_argument(
+        "--storage-path", "--local-dir", dest="storage_path", help="where Tune writes results (default ~/ray_results)"
+    )
+    train.add_argument("--checkpoint-freq", type=int, help="checkpoint every N iterations")
+    train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
+    train.add_argument(
+        "--ray-address",
+        help="join this Ray cluster (default: the job's cluster inside `ray job submit`, else a new local one)",
+    )
+    train.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance")
+    train.add_argument("--ray-num-gpus", type=int, help="GPUs of a local Ray instance")
+    train.add_argument(
+        "-v", "--verbose", action="count", default=1, help="-v: also each trial's config; -vv: also Tune's trial messages"
+    )
+    train.set_defaults(func=train_command)
+    return train
+
+
+def _experiment_files(args) -> list[str]:
+    files = list(args.config_file)
+    if args.source:
+        if args.source[0] != "file" or len(args.source) < 2:
+            raise ExperimentError(
+                f"expected `rllib train file PATH [PATH ...]` or `rllib train -f PATH`, got `rllib train "
+                f"{' '.join(args.source)}`"
+            )
+        files += args.source[1:]
+    return files
+
+
+def _check_framework(framework: str | None) -> None:
+    if framework in (None, "torch"):
+        return
+    if framework in ("tf", "tf2", "tfe"):
+        raise ExperimentError(
+            f"--framework {framework}: RLlib's new API stack runs torch only: drop --framework (or pass --framework torch)"
+        )
+    raise ExperimentError(f"--framework {framework}: unknown framework; torch is the only one: drop --framework")
+
+
+def experiments_from_args(args) -> list:
+    """Every experiment the command line asks for, each checked; all errors at once, one line each."""
+    from rllib_gpuenv.experiments import inline_experiment, load_experiments
+
+    _check_framework(args.framework)
+    if args.num_samples is not None and args.num_samples < 1:
+        raise ExperimentError(f"--num-samples {args.num_samples}: must be a positive integer")
+    if args.checkpoint_freq is not None and args.checkpoint_freq < 0:
+        raise ExperimentError(f"--checkpoint-freq {args.checkpoint_freq}: must be 0 (never) or a positive integer")
+    files = _experiment_files(args)
+    if files and (args.algo or args.env):
+        raise ExperimentError("give either experiment files or --algo/--env, not both")
+    if not files and not (args.algo and args.env):
+        raise ExperimentError("give an experiment file (`rllib train file PATH`) or both --algo and --env")
+    overrides = dict(stop_overrides=args.stop, allow_no_stop=args.no_stop)
+    if not files:
+        return [inline_experiment(args.algo, args.env, args.config, args.stop, allow_no_stop=args.no_stop)]
+    experiments, errors = [], []
+    for path in files:
+        try:
+            experiments += load_experiments(path, config_overrides=args.config, **overrides)
+        except ExperimentError as err:
+            errors.append(str(err))
+    if errors:
+        raise ExperimentError("\n".join(errors))
+    return experiments
+
+
+def train_command(args) -> int:
+    import ray
+
+    from rllib_gpuenv.experiments import check_fits_cluster, run_experiment
+
+    experiments = experiments_from_args(args)  # every check before Ray starts
+    for experiment in experiments:
+        if args.num_samples is not None:
+            experiment.num_samples = args.num_samples
+        if args.checkpoint_freq is not None:
+            experiment.checkpoint_config["checkpoint_frequency"] = args.checkpoint_freq
+        if args.checkpoint_at_end:
+            experiment.checkpoint_config["checkpoint_at_end"] = True
+    # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
+    # own, never some other `ray start` cluster that happens to run on this machine.
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    ray.init(address=address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus, ignore_reinit_error=True)
+    for experiment in experiments:  # all of them fit, or none runs
+        if experiment.resource_search is None:
+            check_fits_cluster(experiment)
+    for experiment in experiments:
+        if experiment.resource_search is not None:
+            from rllib_gpuenv.experiments.tune_resources import search_resources
+
+            search_resources(experiment, storage_path=args.storage_path, verbose=args.verbose)
+            continue
+        results = run_experiment(experiment, storage_path=args.storage_path, verbose=args.verbose)
+        errors = [r.error for r in results if r.error is not None]
+        print(f"experiment {experiment.name!r}: {len(results)} trial(s), results in {results.experiment_path}")
+        if errors:
+            last_line = (str(errors[0]).strip().splitlines() or [type(errors[0]).__name__])[-1]
+            print(
+                f"rllib: error: experiment {experiment.name!r}: {len(errors)} trial(s) failed, the first with: {last_line}",
+                file=sys.stderr,
+            )
+            return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ExperimentError as err:  # one line per mistake
+        for line in str(err).splitlines():
+            print(f"rllib: error: {line}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

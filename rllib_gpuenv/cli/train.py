@@ -1,0 +1,196 @@
+"""The main job: PPO on GPUCartPole-v1 on the default device, until the mean return hits 475.
+
+``rllib-gpuenv train`` (or ``./run.sh train``) reads ``gpu_cartpole_ppo.yaml`` (shipped with the
+package, ``configs/`` in the repository) and trains in this process, so ``--device cuda:N``
+means that GPU. While it trains it prints one line per iteration (return, episodes ended,
+env steps, env-steps/s of that iteration, elapsed time) and, on a terminal, a tqdm progress
+bar with an ETA toward the iteration limit. Tune's own logger callbacks write the metrics of
+every iteration (``progress.csv``, ``result.json`` and TensorBoard events) into a run folder,
+where the final checkpoint goes too; the job prints where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import logging
+import os
+import time
+
+from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
+from rllib_gpuenv.experiments.shipped import config_file
+from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_FILE = config_file(MAIN_JOB_FILE)
+DEFAULT_STORAGE_PATH = "results"
+DEFAULT_MAX_ITERATIONS = 200  # when the file's stop criteria set no iteration limit
+EPISODE_KEYS = tuple(f"episode_{what}_{stat}" for what in ("return", "len") for stat in ("mean", "min", "max"))
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """Where a run of the main job left its results."""
+
+    directory: str  # progress.csv, result.json, params.json, TensorBoard events
+    checkpoint: str
+    reached_target: bool
+
+
+class _RunDirectory:
+    """The run as Tune's logger callbacks see a trial: a folder, a config, no checkpoint to resume.
+
+    Those callbacks (``CSVLoggerCallback``, ``JsonLoggerCallback``, ``TBXLoggerCallback``) write
+    what every Tune run writes; this lets them log a run that trains in this process.
+    """
+
+    def __init__(self, path: str, config: dict):
+        self.local_path = path
+        self.config = config
+        self.evaluated_params: dict = {}
+        self.checkpoint = None
+
+    def init_local_path(self) -> None:
+        os.makedirs(self.local_path, exist_ok=True)
+
+
+class ResultLoggers:
+    """Tune's CSV, JSON and TensorBoard logger callbacks, fed one result per iteration.
+
+    The CSV's columns are the first result's keys (as in any Tune run), so the episode metrics,
+    missing from an iteration in which no episode ended, are logged as NaN there (TensorBoard
+    skips NaN).
+    """
+
+    def __init__(self, directory: str, config: dict):
+        from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+
+        self.run = _RunDirectory(directory, config)
+        self.run.init_local_path()  # as Tune does before the callbacks see a trial
+        self.callbacks = [CSVLoggerCallback(), JsonLoggerCallback(), TBXLoggerCallback()]
+        for callback in self.callbacks:
+            callback.log_trial_start(self.run)
+
+    def log(self, iteration: int, result: dict) -> None:
+        runners = {**{key: float("nan") for key in EPISODE_KEYS}, **result.get("env_runners", {})}
+        result = {**result, "env_runners": runners}
+        for callback in self.callbacks:
+            callback.log_trial_result(iteration, self.run, result)
+
+    def close(self, failed: bool = False) -> None:
+        for callback in self.callbacks:
+            callback.log_trial_end(self.run, failed=failed)
+
+
+def _stop_reached(result: dict, stop: dict) -> bool:
+    """Tune's rule for a stop dict: stop when any metric reaches its value."""
+    return any(lookup(result, key, float("nan")) >= value for key, value in stop.items())
+
+
+def _devices(algo) -> str:
+    runner = algo.env_runner
+    learner = algo.learner_group._learner._device if algo.learner_group.is_local else "remote learners"
+    backend = getattr(getattr(runner, "env", None), "backend", None)
+    return (
+        f"env runner on {getattr(runner, '_device', 'cpu')}"
+        + (f" (backend {backend})" if backend else "")
+        + f", learner on {learner}"
+    )
+
+
+def train(
+    config_file=DEFAULT_CONFIG_FILE,
+    device: str | None = None,
+    seed: int | None = None,
+    target: float | None = None,
+    max_iterations: int | None = None,
+    storage_path: str = DEFAULT_STORAGE_PATH,
+    progress_bar: bool | None = None,
+) -> TrainingRun:
+    """Train until the stop criteria (the target return, the iteration limit); log every
+    iteration; save a checkpoint. Returns where the results are."""
+    import ray
+
+    experiment = load_config(config_file, device=device, seed=seed)
+    name, config = experiment.name, experiment.config
+    stop = dict(experiment.stop)
+    if target is not None:
+        stop[RETURN_METRIC] = target
+    if max_iterations is not None:
+        stop["training_iteration"] = max_iterations
+    stop.setdefault(RETURN_METRIC, 475.0)
+    stop.setdefault("training_iteration", DEFAULT_MAX_ITERATIONS)
+    target = stop[RETURN_METRIC]
+    directory = os.path.abspath(os.path.join(storage_path, f"{name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"))
+
+    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    algo = config.build_algo()
+    loggers = ResultLoggers(directory, config.to_dict())
+    criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
+    print(
+        f"{name} ({config_file}): {type(algo).__name__} on {str(config.env).split(':')[-1]}, {_devices(algo)}; stops at "
+        f"{criteria}"
+    )
+    print(f"logging every iteration to {directory} (progress.csv, result.json, TensorBoard events)", flush=True)
+    progress = IterationLines(stop["training_iteration"], target, bar=progress_bar)
+    failed = True
+    try:
+        while True:
+            start = time.perf_counter()
+            result = algo.train()
+            progress.update(result, time.perf_counter() - start)
+            loggers.log(result["training_iteration"], result)
+            if _stop_reached(result, stop):
+                break
+        progress.close()
+        ret, elapsed = lookup(result, RETURN_METRIC, float("nan")), result.get("time_total_s", float("nan"))
+        reached = ret >= target
+        if reached:
+            print(
+                f"reached mean return {ret:.1f} >= {target:g} in {elapsed:.1f} s ({result['training_iteration']} iterations)"
+            )
+        else:
+            print(
+                f"stopped after {result['training_iteration']} iterations ({elapsed:.1f} s) at mean return {ret:.1f}, below "
+                f"the target {target:g}"
+            )
+        checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
+        print(f"checkpoint saved to {checkpoint}")
+        print(f"metrics in {directory}/progress.csv; TensorBoard: tensorboard --logdir {directory}")
+        failed = False
+        return TrainingRun(directory, checkpoint, reached)
+    finally:
+        progress.close()
+        loggers.close(failed=failed)
+        algo.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-file", default=str(DEFAULT_CONFIG_FILE), help="experiment YAML (default: the shipped gpu_cartpole_ppo.yaml)"
+    )
+    parser.add_argument("--device", help="override the device of the env runner and the learner: auto, cpu, cuda, cuda:N")
+    parser.add_argument("--seed", type=int, help="override the seed")
+    parser.add_argument("--target", type=float, help="stop at this mean episode return (default: the file's, or 475)")
+    parser.add_argument(
+        "--max-iterations",
+        type=int,
+        help=f"stop after this many iterations (default: the file's, or {DEFAULT_MAX_ITERATIONS})",
+    )
+    parser.add_argument(
+        "--storage-path",
+        default=DEFAULT_STORAGE_PATH,
+        help="each run writes a folder here: progress.csv, result.json, TensorBoard events, checkpoint/ (default: "
+        "%(default)s)",
+    )
+    parser.add_argument(
+        "--progress-bar",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the progress bar (default: only when stderr is a terminal)",
+    )
+    parser.set_defaults(
+        func=lambda a: train(a.config_file, a.device, a.seed, a.target, a.max_iterations, a.storage_path, a.progress_bar) and 0
+    )

@@ -1,0 +1,396 @@
+"""``GPUVectorEnv``: thousands to millions of copies of one env, stepped at once on a device.
+
+A ``gymnasium.vector.VectorEnv`` with the semantics of gymnasium's own vector envs (its
+``CartPoleVectorEnv`` is the model), for any env definition (``core/env_def.py``), whose step
+runs on one of several backends (``backends/``) and whose inputs and outputs are torch tensors
+on the env's device, or numpy arrays for code that wants them (RLlib's stock env runner).
+Written once for every env: spaces, seeding, autoreset, time limits, episode statistics, action
+checks, the state accessor, rendering, the memory check.
+
+## Autoreset (NEXT_STEP, as gymnasium)
+When an env's episode ends (``terminated`` or ``truncated``), the *next* call to ``step``
+ignores that env's action and starts a new episode: it returns the new initial observation
+with reward 0 and both flags False. ``terminated`` (no bootstrapping) and ``truncated`` (time
+limit: bootstrap from the value of the returned observation) stay separate.
+
+## Determinism
+``reset(seed=s)`` makes the whole vector deterministic, and the initial states come from a
+counter-based hash (``rng.py``) rather than a device RNG: the same seed and the same actions
+give the same trajectories on every backend and device (float64: within 1e-9, identical flags;
+float32: see the README).
+
+## Layout
+The state is kept structure-of-arrays, ``(S, num_envs)``, which vectorises on a CPU and
+coalesces on a GPU. Observations are returned as ``(num_envs, O)`` transposed views (as
+gymnasium's ``CartPoleVectorEnv`` returns them); ``env.state`` is a ``(num_envs, S)`` copy in
+the order of the gymnasium env's ``state``.
+
+## Episode statistics
+Returns and lengths are accumulated on the device. On the step an episode ends, ``infos``
+carries them in gymnasium's ``RecordEpisodeStatistics`` layout: ``infos["episode"]["r"/"l"]``
+(0 where no episode ended) and the mask ``infos["_episode"]``. With tensor output these are
+always present (asking "did anything end?" would synchronise a GPU); with numpy output only on
+steps where some episode ended, as in gymnasium.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from gymnasium.spaces import Box, Discrete
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from rllib_gpuenv.backends import make_backend
+from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs, bytes_per_env
+from rllib_gpuenv.core.devices import check_fits, resolve_device
+from rllib_gpuenv.core.env_def import EnvDef
+from rllib_gpuenv.core.rng import fold_seed
+from rllib_gpuenv.core.step import BoundEnv
+
+logger = logging.getLogger(__name__)
+
+Output = Literal["torch", "numpy"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _resolve_dtype(dtype: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in (torch.float32, torch.float64):
+        return dtype
+    try:
+        name = str(dtype).replace("torch.", "") if isinstance(dtype, (str, torch.dtype)) else str(np.dtype(dtype))
+    except TypeError:
+        name = None
+    if name in _DTYPES:
+        return _DTYPES[name]
+    raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class GPUVectorEnv(VectorEnv):
+    """``num_envs`` copies of one env (``definition``) stepped in parallel on one device.
+
+    Subclasses name the env (``CartPoleVectorEnv``: ``definition = CARTPOLE``); ``make_vector_env``
+    builds one by id. Keyword arguments beyond those below are the env's physical parameters
+    (gymnasium's attribute names, e.g. ``CartPoleVectorEnv(8, masspole=0.2)``).
+
+    Args:
+        num_envs: number of environments (at least 1).
+        backend: ``"auto"`` (numba-cuda on a GPU, numba-cpu on the CPU), ``"torch"``,
+            ``"numba-cpu"`` or ``"numba-cuda"``.
+        device: ``"auto"`` (the GPU if there is one), ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
+        dtype: ``float32`` (fast) or ``float64`` (gymnasium's own precision) for the physics;
+            observations and rewards are float32 either way, as gymnasium's spaces say.
+        output: ``"torch"`` (tensors on ``device``) or ``"numpy"`` (host arrays).
+        max_episode_steps: time limit; reaching it sets ``truncated`` (default: gymnasium's).
+        render_mode: ``"rgb_array"`` renders env ``render_env_index``.
+        threads_per_block: CUDA block size for ``numba-cuda`` (``bench block-size`` finds one).
+        num_threads: CPU threads for ``numba-cpu`` (default: the CPUs this process may use).
+        reuse_outputs: return the backend's output buffers themselves, overwritten by the next
+            step, instead of fresh copies (for callers that copy them anyway, like a rollout).
+        validate_actions: check action values (range, NaN). On a GPU this reads them back to
+            the host each step; turn off for actions that come from a policy.
+    """
+
+    definition: ClassVar[EnvDef]
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 50, "autoreset_mode": AutoresetMode.NEXT_STEP}
+    _renderer = None  # the gymnasium env that draws, made on the first render()
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        backend: str = "auto",
+        device: str | torch.device | None = "auto",
+        dtype: Any = torch.float32,
+        output: Output = "torch",
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+        render_env_index: int = 0,
+        threads_per_block: int | None = None,
+        num_threads: int | None = None,
+        reuse_outputs: bool = False,
+        validate_actions: bool = True,
+        **params: Any,
+    ):
+        d = self.definition
+        self.num_envs = _positive_int(num_envs, "num_envs")
+        if output not in ("torch", "numpy"):
+            raise ValueError(f"output must be 'torch' or 'numpy', got {output!r}")
+        self.max_episode_steps = _positive_int(
+            d.max_episode_steps if max_episode_steps is None else max_episode_steps, "max_episode_steps"
+        )
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if (
+            isinstance(render_env_index, bool)
+            or not isinstance(render_env_index, (int, np.integer))
+            or not 0 <= render_env_index < self.num_envs
+        ):
+            raise ValueError(f"render_env_index must be an integer in [0, {self.num_envs}), got {render_env_index!r}")
+        self.params = d.make_params(**params)
+        self.device = resolve_device(device)
+        self.dtype = _resolve_dtype(dtype)
+        self.output = output
+        self.render_mode = render_mode
+        self.render_env_index = int(render_env_index)
+        self.reuse_outputs = bool(reuse_outputs)
+        self.validate_actions = bool(validate_actions)
+        gymnasium_class = d.gymnasium_class()
+        if render_mode is not None and gymnasium_class is None:
+            raise ValueError(
+                f"{d.id} has no gymnasium env to draw it (its definition's gymnasium_env is None): leave render_mode unset"
+            )
+        fps = gymnasium_class.metadata.get("render_fps", 30) if gymnasium_class is not None else 30
+        self.metadata = {**type(self).metadata, "render_fps": fps}
+
+        self.single_observation_space, self.single_action_space = d.spaces(self.params)
+        self._action_shape = self.single_action_space.shape
+        self._batch_action_shape = (self.num_envs, *self._action_shape)
+        action_size = int(np.prod(self._action_shape or (1,)))
+        check_fits(self.num_envs, bytes_per_env(d.state_size, d.obs_size, action_size, self.dtype), self.device, "num_envs")
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._bound = BoundEnv(d, self.params)
+        self._backend = make_backend(
+            backend, self._bound, self.num_envs, self.device, self.dtype, threads_per_block, num_threads
+        )
+        self.backend = self._backend.name
+        self._buffers = EnvBuffers.allocate(d.state_size, self.num_envs, self.dtype, self.device)
+        self._seed32: int | None = None
+        self._constants: StepConstants | None = None
+        self._last_action: torch.Tensor | None = None
+        logger.debug("%r", self)
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start a new episode in every env; ``seed`` makes the whole vector deterministic.
+
+        ``options`` are the gymnasium env's (CartPole's ``{"low": l, "high": h}``, ...).
+        """
+        self._check_open()
+        if seed is not None:
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+                raise TypeError(f"seed must be a non-negative integer or None, got {seed!r}")
+            seed = int(seed)  # gymnasium's seeding takes Python ints only
+        lows, highs = self.definition.reset_bounds(options, self.params)
+        super().reset(seed=seed)
+        b = self._buffers
+        if seed is not None:
+            self._seed32 = fold_seed(seed)
+            b.episode.zero_()
+        elif self._seed32 is None:
+            self._seed32 = fold_seed(int(np.random.SeedSequence().entropy) & ((1 << 64) - 1))
+        else:  # unseeded reset of a seeded env: every env moves on to its next episode
+            b.episode += 1
+        self._constants = StepConstants(
+            self._seed32, tuple(map(float, lows)), tuple(map(float, highs)), self.max_episode_steps
+        )
+        self._backend.reset(b, self._constants)
+        b.steps.zero_()
+        b.prev_done.zero_()
+        b.ep_return.zero_()
+        self._last_action = None
+        obs = torch.stack(self.definition.observe(tuple(b.state), self.params)).to(torch.float32)
+        return self._to_output(obs.T), {}
+
+    def step(self, actions):
+        """Step every env with one action each (an action space element per env)."""
+        self._check_open()
+        if self._constants is None:
+            raise RuntimeError("call reset() before step()")
+        actions = self._action_tensor(actions)
+        out = self._backend.step(self._buffers, actions, self._constants, fresh=not self.reuse_outputs)
+        if self.render_mode is not None:
+            self._last_action = actions[self.render_env_index].clone()
+        return self._format(out)
+
+    def render(self):
+        """An RGB frame (H, W, 3) of env ``render_env_index``, drawn by the gymnasium env's own
+        renderer from this env's state and parameters."""
+        self._check_open()
+        if self.render_mode is None:
+            logger.warning("render() called without render_mode='rgb_array'; nothing is drawn")
+            return None
+        if self._constants is None:
+            raise RuntimeError("call reset() before render()")
+        if self._renderer is None:
+            self._renderer = self.definition.gymnasium_class()(render_mode="rgb_array")
+            for name, value in self.params._asdict().items():
+                if hasattr(self._renderer, name):
+                    setattr(self._renderer, name, value)
+        i = self.render_env_index
+        # Only this env's numbers travel to the host.
+        self._renderer.state = self._buffers.state[:, i].double().cpu().numpy()
+        if self.definition.prepare_render is not None:
+            fresh = self._last_action is None or int(self._buffers.steps[i]) == 0
+            self.definition.prepare_render(self._renderer, self.params, None if fresh else self._last_action.cpu().numpy())
+        return self._renderer.render()
+
+    def close_extras(self, **kwargs):
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"{type(self).__name__} is closed: make a new one")
+
+    # ------------------------------------------------------------------ state access
+    @property
+    def state(self) -> torch.Tensor:
+        """The physical state, shape ``(num_envs, S)`` in the gymnasium env's ``state`` order
+        (``definition.state_names``), as a copy."""
+        return self._buffers.state.T.contiguous()
+
+    @state.setter
+    def state(self, value) -> None:
+        """Set the physical state of every env, as assigning ``env.unwrapped.state`` does in
+        gymnasium: step counters and a pending autoreset stay as they are."""
+        names = ", ".join(self.definition.state_names)
+        shape = (self.num_envs, self.definition.state_size)
+        try:
+            tensor = (
+                value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value, dtype=np.float64))
+            )
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"state must be numbers of shape {shape} ({names} per env), got {type(value).__name__}: {err}"
+            ) from None
+        if (
+            tensor.dtype == torch.bool
+            or tensor.is_complex()
+            or not (tensor.is_floating_point() or tensor.dtype in (torch.int32, torch.int64))
+        ):
+            raise TypeError(f"state must be real numbers of shape {shape} ({names} per env), got dtype {tensor.dtype}")
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f"state must have shape {shape} ({names} per env), got {tuple(tensor.shape)}")
+        self._buffers.state.copy_(tensor.to(self.device, self.dtype).T)
+
+    def get_state(self) -> dict:
+        """Everything the envs' next steps depend on (for exact resume): the per-env buffers
+        (physics, step counts, pending resets, episode counters, returns so far), the seed and
+        the reset bounds; host copies."""
+        return {
+            "env": self.definition.id,
+            "buffers": {name: t.cpu().clone() for name, t in self._buffers.tensors().items()},
+            "seed32": self._seed32,
+            "constants": None if self._constants is None else tuple(self._constants),
+        }
+
+    def set_state(self, state: dict) -> None:
+        """Restore ``get_state()``'s result (same env and ``num_envs``; any device)."""
+        if state.get("env") != self.definition.id:
+            raise ValueError(f"this state is of {state.get('env')!r}, not of {self.definition.id!r}")
+        for name, tensor in self._buffers.tensors().items():
+            saved = state["buffers"][name]
+            if tuple(saved.shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"this state is of {saved.shape[-1]} envs, not {self.num_envs}: make the env with "
+                    f"num_envs={saved.shape[-1]}"
+                )
+            tensor.copy_(saved.to(tensor.device, tensor.dtype))
+        self._seed32 = state["seed32"]
+        self._constants = None if state["constants"] is None else StepConstants(*state["constants"])
+
+    # ------------------------------------------------------------------ helpers
+    def _action_tensor(self, actions) -> torch.Tensor:
+        """Validate actions against the action space; return them as a tensor on the env's
+        device (int64 for ``Discrete``, float32 ``(N, k)`` for ``Box``). Nothing is changed
+        when they are rejected."""
+        space = self.single_action_space
+        if isinstance(actions, torch.Tensor):
+            if actions.device != self.device:
+                raise ValueError(
+                    f"actions are on {actions.device}, but this env runs on {self.device}: "
+                    f"move them with actions.to(env.device)"
+                )
+            tensor = actions.detach()
+        else:
+            try:
+                array = np.asarray(actions)
+            except (TypeError, ValueError) as err:
+                raise TypeError(
+                    f"actions must be a torch tensor, numpy array or list of numbers; got {type(actions).__name__}"
+                ) from err
+            if array.dtype.kind not in "biuf":  # object, str, ... : nothing that is an action
+                raise TypeError(
+                    f"actions must be a torch tensor, numpy array or list of numbers; got {type(actions).__name__} of "
+                    f"{array.dtype}"
+                )
+            if array.dtype.kind == "u":  # torch has few unsigned kernels: signed, values checked below
+                if array.size and array.max() > np.iinfo(np.int64).max:
+                    raise ValueError(f"actions must be in {self._space_text()}; got values such as {array.max()}")
+                array = array.astype(np.int64)
+            tensor = torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
+        shape = self._batch_action_shape
+        if tensor.shape != shape:
+            raise ValueError(f"actions must have shape {shape}, one {self._space_text()} per env, got {tuple(tensor.shape)}")
+        if isinstance(space, Discrete):
+            return self._discrete_actions(tensor, space)
+        return self._box_actions(tensor, space)
+
+    def _space_text(self) -> str:
+        space = self.single_action_space
+        if isinstance(space, Discrete):
+            return f"Discrete({space.n}) action (an integer in [{space.start}, {space.start + space.n - 1}])"
+        return f"Box action (float, shape {space.shape}, bounds {space.low.tolist()}..{space.high.tolist()})"
+
+    def _discrete_actions(self, tensor: torch.Tensor, space: Discrete) -> torch.Tensor:
+        if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+            has_nan = bool(torch.isnan(tensor).any()) if tensor.dtype.is_floating_point else False
+            raise TypeError(
+                f"actions must be integers ({self._space_text()}), got dtype {tensor.dtype}"
+                + (" containing NaN" if has_nan else "")
+                + ": cast them with .long() / .astype(np.int64)"
+            )
+        if tensor.dtype != torch.int64:
+            tensor = tensor.to(torch.int64)
+        start = int(space.start)
+        if self.validate_actions:
+            low, high = start, start + int(space.n) - 1
+            lo, hi = torch.aminmax(tensor)
+            if int(lo) < low or int(hi) > high:
+                bad = tensor[(tensor < low) | (tensor > high)][:5].tolist()
+                raise ValueError(f"actions must be in [{low}, {high}] ({self._space_text()}); got values such as {bad}")
+        return (tensor - start).contiguous() if start else tensor.contiguous()
+
+    def _box_actions(self, tensor: torch.Tensor, space: Box) -> torch.Tensor:
+        if not tensor.dtype.is_floating_point:
+            raise TypeError(
+                f"actions must be floats ({self._space_text()}), got dtype {tensor.dtype}: cast them with .float()"
+            )
+        tensor = tensor.to(torch.float32)
+        if self.validate_actions and bool(torch.isnan(tensor).any()):
+            rows = torch.nonzero(torch.isnan(tensor).flatten(1).any(1)).flatten()[:5].tolist()
+            raise ValueError(
+                f"actions contain NaN (envs {rows}); the env clips actions to its bounds, but NaN has no place in them"
+            )
+        return tensor.contiguous()
+
+    def _format(self, out: StepOutputs):
+        if self.output == "numpy":
+            out = StepOutputs(*(self._to_output(t) for t in out))
+        infos = {}
+        if self.output == "torch" or out.final_mask.any():
+            ended = out.final_mask
+            infos = {"episode": {"r": out.final_return, "l": out.final_length, "_r": ended, "_l": ended}, "_episode": ended}
+        return out.obs.T, out.reward, out.terminated, out.truncated, infos
+
+    def _to_output(self, tensor: torch.Tensor):
+        return tensor.cpu().numpy() if self.output == "numpy" else tensor
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.definition.id}, num_envs={self.num_envs}, backend={self.backend!r}, "
+            f"device={str(self.device)!r}, dtype={str(self.dtype).replace('torch.', '')})"
+        )

@@ -1,0 +1,97 @@
+"""Env ids in experiment files: checked before Ray starts, and named so that any process builds them.
+
+An experiment's ``env`` is a gymnasium id (the suite's ``GPUCartPole-v1``, yours as
+``"your_module:Env-v0"``, gymnasium's own) or a ``tune.register_env`` name. A wrong one is an
+``ExperimentError`` with close matches now, not a failure inside a trial.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any
+
+from rllib_gpuenv.experiments.checks import one_line
+from rllib_gpuenv.experiments.errors import key_error
+
+PACKAGE = __name__.split(".")[0]
+
+
+def _entry_point_module(entry_point: Any) -> str:
+    if entry_point is None:
+        return ""
+    if callable(entry_point):
+        return getattr(entry_point, "__module__", "") or ""
+    return str(entry_point).split(":", 1)[0]
+
+
+def is_package_env(env_id: str) -> bool:
+    """Whether gymnasium's spec for ``env_id`` comes from this package (its entry points live here)."""
+    import gymnasium as gym
+
+    importlib.import_module(PACKAGE)  # registers our ids with gymnasium
+    spec = gym.registry.get(env_id)
+    if spec is None:
+        return False
+    modules = (_entry_point_module(spec.entry_point), _entry_point_module(spec.vector_entry_point))
+    return any(m == PACKAGE or m.startswith(PACKAGE + ".") for m in modules)
+
+
+def rllib_env_id(env: Any, where: str = "<command line>") -> Any:
+    """``env`` as RLlib should get it, checked now rather than inside a trial.
+
+    Our ids go module-qualified (``rllib_gpuenv:GPUCartPole-v1``): Tune's trial actors are
+    fresh processes, and the prefix makes gymnasium import this package there before it looks
+    the id up, without any Tune registration. Other ids pass unchanged.
+    """
+    if not isinstance(env, str):
+        return env  # an env class or creator: Python users know what they pass
+    module, _, name = env.rpartition(":")
+    if module in ("", PACKAGE) and is_package_env(name):
+        return f"{PACKAGE}:{name}"
+    check_env(env, where)
+    return env
+
+
+def check_env(env: Any, where: str) -> None:
+    """Fail now, not inside a trial, when ``env`` is neither a gymnasium id nor a Tune-registered env."""
+    import gymnasium as gym
+
+    if not isinstance(env, str):
+        return
+    module, _, name = env.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise key_error(
+                where, "env", f"{env!r}: cannot import {module!r} ({err}); install it or drop the '{module}:' prefix"
+            ) from None
+    else:
+        importlib.import_module(PACKAGE)
+    try:
+        gym.spec(name)
+        return
+    except gym.error.DeprecatedEnv as err:
+        raise key_error(where, "env", one_line(err)) from None
+    except (gym.error.Error, ModuleNotFoundError, ImportError):
+        pass
+    if not module:
+        from ray.tune.registry import ENV_CREATOR, _global_registry
+
+        if _global_registry.contains(ENV_CREATOR, env):
+            return
+    close = difflib.get_close_matches(name, list(gym.registry), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; register it with gymnasium or ray.tune.register_env"
+    raise key_error(where, "env", f"unknown env {env!r}{hint}")
+
+
+def vectorize_our_env(config: Any) -> None:
+    """RLlib's stock env runner builds our ids as the vector envs they are (gymnasium's
+    ``vector_entry_point``), not as N copies of a single env, unless the config chose a mode."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    stock = config.env_runner_cls in (None, SingleAgentEnvRunner)
+    ours = isinstance(config.env, str) and config.env.startswith(PACKAGE + ":")
+    if stock and ours and config.gym_env_vectorize_mode == type(config)().gym_env_vectorize_mode:
+        config.env_runners(gym_env_vectorize_mode="vector_entry_point")

@@ -1,0 +1,180 @@
+"""Metric names and progress output: one place for both.
+
+The metric paths every command reads (the return, env steps and episodes) are built from
+RLlib's own constants (``ray.rllib.utils.metrics``), as RLlib's ``ppo.py`` names them. Two
+reporters print training progress, each named for what it prints:
+
+* ``IterationLines``: the main job's one line per iteration (and a tqdm bar on a terminal);
+* ``ResultRows``: ``rllib train``'s Tune reporter, one row per trial result. RLlib's example
+  utilities give Tune a ``CLIReporter`` with metric columns (iteration, time, env steps,
+  return); this keeps that pattern and prints one row per new result instead of re-printing a
+  table, with the env-steps/s of that report; a trial's config (hundreds of lines) is printed
+  only when asked (``rllib train -v``).
+
+``format_table`` is the plain text table of the benchmarks and the Tune resource search.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    EPISODE_RETURN_MEAN,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES_LIFETIME,
+)
+from ray.tune import ProgressReporter
+from ray.tune.result import TIME_TOTAL_S, TRAINING_ITERATION
+from ray.tune.utils import flatten_dict
+
+RETURN_METRIC = f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}"  # env_runners/episode_return_mean
+ENV_STEPS_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED_LIFETIME}"
+EPISODES_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_EPISODES_LIFETIME}"
+_ENDED = ("TERMINATED", "ERROR")
+
+
+def lookup(result: dict, path: str, default: Any = None) -> Any:
+    """``result["a"]["b"]`` for ``"a/b"``; ``default`` when any part is missing."""
+    for key in path.split("/"):
+        if not isinstance(result, dict) or key not in result:
+            return default
+        result = result[key]
+    return result
+
+
+class IterationLines:
+    """The main job's progress: one line per iteration, and on a terminal a tqdm bar with an ETA
+    toward the iteration limit.
+
+    The env-steps/s of a line is that iteration's own (its env steps over its wall time), so
+    start-up and compilation do not weigh on later lines. When no episode ended in an
+    iteration, the line says so: the return shown is then the previous episodes' mean.
+    """
+
+    def __init__(self, max_iterations: int, target: float, bar: bool | None = None):
+        from tqdm import tqdm
+
+        self.target = target
+        # bar=None: a bar only when stderr is a terminal (tqdm's own rule); lines always.
+        self.bar = tqdm(
+            total=max_iterations, unit="iter", dynamic_ncols=True, disable=None if bar is None else not bar, file=sys.stderr
+        )
+        self.steps = 0
+        self.episodes = 0
+
+    def update(self, result: dict, iteration_s: float) -> None:
+        ret = lookup(result, RETURN_METRIC, math.nan)
+        steps = int(lookup(result, ENV_STEPS_METRIC, 0))
+        episodes = int(lookup(result, EPISODES_METRIC, self.episodes))
+        new_steps, new_episodes = steps - self.steps, episodes - self.episodes
+        self.steps, self.episodes = steps, episodes
+        rate = new_steps / iteration_s if iteration_s > 0 else math.nan
+        ended = f"{new_episodes:4d} episodes" if new_episodes else "no episode ended (return as before)"
+        self.bar.write(
+            f"iter {result[TRAINING_ITERATION]:4d}  return {ret:7.1f}  {ended}  env steps {steps:>10,}  "
+            f"{rate:>10,.0f} env-steps/s  {result.get(TIME_TOTAL_S, math.nan):7.1f} s",
+            file=sys.stdout,
+        )
+        self.bar.set_postfix_str(f"return {ret:.1f}/{self.target:g}, {rate:,.0f} env-steps/s", refresh=False)
+        self.bar.update(1)
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class ResultRows(ProgressReporter):
+    """One row per training result: trial, iteration, return, env steps, env-steps/s, time.
+
+    Env-steps/s is over the span since the trial's previous row (env steps and training time
+    both grow by what that span added), so it follows the run rather than averaging from the
+    start. A return of ``-`` means no episode has ended yet.
+    """
+
+    def __init__(self, show_config: bool = False, stream: TextIO | None = None):
+        self.show_config = show_config
+        self.stream = stream
+        self._last: dict[str, tuple[int, float, float]] = {}  # trial id -> (iteration, env steps, time)
+        self._configs_shown: set[str] = set()
+        self._ended: set[str] = set()
+        self._width = 0  # of the trial column: the longest trial name seen when the header was printed
+
+    def should_report(self, trials, done: bool = False) -> bool:
+        return any(self._has_news(t) for t in trials)
+
+    def _has_news(self, trial) -> bool:
+        iteration = (trial.last_result or {}).get(TRAINING_ITERATION)
+        last = self._last.get(trial.trial_id)
+        return (
+            (iteration is not None and (last is None or last[0] != iteration))
+            or (trial.status in _ENDED and trial.trial_id not in self._ended)
+            or (self.show_config and trial.trial_id not in self._configs_shown and trial.status != "PENDING")
+        )
+
+    def report(self, trials, done: bool, *sys_info: str) -> None:
+        if not self._width and any((t.last_result or {}).get(TRAINING_ITERATION) for t in trials):
+            self._width = max(len(str(t)) for t in trials)
+            self._print(
+                f"{'trial':<{self._width}} {'iter':>5} {'return':>8} {'env steps':>11} {'env-steps/s':>11} {'time (s)':>9}"
+            )
+        for trial in trials:
+            if self.show_config and trial.trial_id not in self._configs_shown and trial.status != "PENDING":
+                self._configs_shown.add(trial.trial_id)
+                self._print_config(trial)
+            self._print_row(trial)
+            if trial.status in _ENDED and trial.trial_id not in self._ended:
+                self._ended.add(trial.trial_id)
+                iterations = (trial.last_result or {}).get(TRAINING_ITERATION, 0)
+                error = f": {trial.error_file}" if trial.status == "ERROR" and getattr(trial, "error_file", None) else ""
+                self._print(f"{trial}: {trial.status} after {iterations} iteration(s){error}")
+
+    def _print_row(self, trial) -> None:
+        result = trial.last_result or {}
+        iteration = result.get(TRAINING_ITERATION)
+        last = self._last.get(trial.trial_id)
+        if iteration is None or (last is not None and last[0] == iteration):
+            return
+        steps = float(lookup(result, ENV_STEPS_METRIC, lookup(result, NUM_ENV_STEPS_SAMPLED_LIFETIME, math.nan)))
+        seconds = float(result.get(TIME_TOTAL_S, math.nan))
+        previous_steps, previous_seconds = (last[1], last[2]) if last else (0.0, 0.0)
+        span = seconds - previous_seconds
+        rate = (steps - previous_steps) / span if span > 0 else math.nan
+        self._last[trial.trial_id] = (iteration, steps, seconds)
+        value = lookup(result, RETURN_METRIC)
+        ret = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.1f}"
+        self._print(
+            f"{str(trial):<{self._width}} {iteration:>5} {ret:>8} {_count(steps):>11} {_count(rate):>11} {seconds:>9.1f}"
+        )
+
+    def _print_config(self, trial) -> None:
+        self._print(f"{trial} config:")
+        for key, value in sorted(flatten_dict(trial.config or {}).items()):
+            self._print(f"  {key}: {value!r}")
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream or sys.stdout, flush=True)
+
+
+def _count(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain aligned text table (Markdown-compatible)."""
+    cells = [[str(h) for h in headers]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "-" if value is None else str(value)

@@ -1,0 +1,64 @@
+"""Running checked experiments with Ray Tune: the cluster checked first, one progress row per result."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from rllib_gpuenv.experiments.errors import ExperimentError
+from rllib_gpuenv.experiments.spec import Experiment
+
+
+def check_fits_cluster(experiment: Experiment, cluster: dict | None = None) -> None:
+    """Fail at once when a trial would ask for more than the cluster has (``check_cluster_fits``:
+    what RLlib asks Ray for, role by role), naming the experiment.
+
+    Ray would otherwise leave the trial PENDING forever, waiting for resources that never come.
+    """
+    from rllib_gpuenv.rllib.resources import ResourceError, check_cluster_fits
+
+    try:
+        check_cluster_fits(experiment.config, cluster)
+    except ResourceError as err:
+        raise ExperimentError(f"experiment {experiment.name!r}: {err}") from None
+
+
+@contextlib.contextmanager
+def _tune_progress_reporter_output():
+    """Tune's new console output ignores a ``progress_reporter`` (RLlib's example utilities set
+    ``RAY_AIR_NEW_OUTPUT=0`` for the same reason); switch to the reporter output for one run."""
+    previous = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = previous
+
+
+def run_experiment(experiment: Experiment, storage_path: str | None = None, verbose: int = 1):
+    """Run with Ray Tune, one progress row per result (and each trial's config at ``verbose >= 2``);
+    return the ResultGrid. ``verbose >= 3`` adds Tune's own trial messages."""
+    from ray import tune
+
+    from rllib_gpuenv.experiments.progress import ResultRows
+
+    check_fits_cluster(experiment)
+    run_config = tune.RunConfig(
+        name=experiment.name,
+        stop=experiment.stop,
+        storage_path=storage_path or experiment.storage_path,
+        checkpoint_config=tune.CheckpointConfig(**experiment.checkpoint_config),
+        progress_reporter=ResultRows(show_config=verbose >= 2),
+        verbose=min(max(verbose - 1, 1), 3) if verbose > 0 else 0,
+    )
+    tuner = tune.Tuner(
+        experiment.algo_class,
+        param_space=experiment.config,
+        run_config=run_config,
+        tune_config=tune.TuneConfig(num_samples=experiment.num_samples),
+    )
+    with _tune_progress_reporter_output():
+        return tuner.fit()

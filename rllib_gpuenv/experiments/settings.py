@@ -1,0 +1,180 @@
+"""An experiment's ``config:`` section applied to an AlgorithmConfig: old names translated,
+unknown keys rejected with close matches, values checked, every grid-search variant validated
+by RLlib before Ray starts."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import itertools
+from collections.abc import Collection
+from typing import Any
+
+from rllib_gpuenv.experiments.checks import (
+    check_values,
+    flatten_settings,
+    is_search_space,
+    key_label,
+    one_line,
+    validate_config,
+)
+from rllib_gpuenv.experiments.envs import rllib_env_id, vectorize_our_env
+from rllib_gpuenv.experiments.errors import key_error
+from rllib_gpuenv.experiments.legacy import translate_config, translate_model_config
+
+# Our own config sections: DevicePPOConfig methods taking keyword arguments.
+METHOD_SECTIONS = ("device_rollouts", "devices")
+# AlgorithmConfig methods whose keyword arguments set settings (and check some values).
+SETTER_METHODS = (
+    "training",
+    "environment",
+    "env_runners",
+    "learners",
+    "evaluation",
+    "fault_tolerance",
+    "reporting",
+    "debugging",
+    "checkpointing",
+    "multi_agent",
+    "rl_module",
+    "offline_data",
+)
+# Keys that RLlib's update_from_dict resolves specially (class paths, sub-dict merges).
+UPDATE_FROM_DICT_KEYS = {
+    "callbacks",
+    "callbacks_class",
+    "multiagent",
+    "exploration_config",
+    "replay_buffer_config",
+    "optimizer",
+    "sample_collector",
+}
+MAX_VALIDATED_VARIANTS = 64  # grid-search variants whose config is validated before Ray starts
+
+
+def algorithm_config(run: Any, where: str = "<command line>"):
+    """The default config of an algorithm named as in ``run:`` (``DevicePPO``, ``DeviceDQN`` or
+    RLlib's names)."""
+    from ray.rllib.algorithms.registry import ALGORITHMS
+
+    from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
+
+    device_algorithms = {"DevicePPO": DevicePPOConfig, "DeviceDQN": DeviceDQNConfig}
+    if run in device_algorithms:
+        return device_algorithms[run]()
+    if run not in ALGORITHMS:
+        names = [*device_algorithms, *sorted(ALGORITHMS)]
+        close = difflib.get_close_matches(str(run), names, n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise key_error(where, "run", f"unknown algorithm {run!r}; {hint}available: {', '.join(names)}")
+    return ALGORITHMS[run]()[1]
+
+
+@functools.cache
+def _setter_of(config_cls: type) -> dict[str, str]:
+    """Setting name -> the AlgorithmConfig method that takes it as a keyword argument."""
+    setters: dict[str, str] = {}
+    for method in SETTER_METHODS:
+        function = getattr(config_cls, method, None)
+        if function is None:
+            continue
+        for param in inspect.signature(function).parameters.values():
+            if param.kind is param.KEYWORD_ONLY or param.kind is param.POSITIONAL_OR_KEYWORD:
+                setters.setdefault(param.name, method)
+    setters.pop("self", None)
+    return setters
+
+
+def prepare_settings(config: Any, settings: dict, where: str) -> dict:
+    """Old names translated (a warning each), model keys checked, unknown keys rejected."""
+    settings = translate_config(settings, config, where)
+    if isinstance(settings.get("model_config"), dict):
+        settings["model_config"] = translate_model_config(settings["model_config"], where)
+    if isinstance(
+        settings.get("n_step"), list
+    ):  # YAML has no tuples; RLlib reads a range (DQN's n_step: [2, 5]) only from one
+        settings["n_step"] = tuple(settings["n_step"])
+    setters = _setter_of(type(config))
+    for key in settings:
+        if key in METHOD_SECTIONS:
+            if getattr(config, key, None) is None:
+                raise key_error(where, key, "a section of the device algorithms: needs run: DevicePPO or DeviceDQN")
+            if not isinstance(settings[key], dict):
+                raise key_error(where, key, f"expected a mapping of {key}() arguments, got {settings[key]!r}")
+            continue
+        attribute = config._translate_special_keys(key, warn_deprecated=False)
+        if key not in setters and not hasattr(config, attribute) and key != "env_config":
+            names = sorted(set(setters) | {k for k in vars(config) if not k.startswith("_")})
+            close = difflib.get_close_matches(key, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise key_error(where, key, f"not a {type(config).__name__} setting{hint}")
+    return settings
+
+
+def set_settings(config: Any, settings: dict, where: str, from_command_line: Collection[str] = ()):
+    """Apply prepared settings through RLlib's config methods (their own value checks run)."""
+    check_values(flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
+    setters = _setter_of(type(config))
+    for key, value in settings.items():
+        try:
+            if key in METHOD_SECTIONS:
+                getattr(config, key)(**value)
+            elif key in setters and key not in UPDATE_FROM_DICT_KEYS and not is_search_space(value):
+                getattr(config, setters[key])(**{key: value})
+            else:
+                config.update_from_dict({key: value})
+        except (TypeError, ValueError, AssertionError) as err:
+            raise key_error(where, key_label(key, from_command_line), one_line(err)) from None
+    return config
+
+
+def apply_config(config, settings: dict, source: str, from_command_line: Collection[str] = ()):
+    """Apply a ``config:`` section (old names translated) to an AlgorithmConfig; unknown keys
+    and bad values are errors naming ``source`` and the key."""
+    return set_settings(config, prepare_settings(config, dict(settings), source), source, from_command_line)
+
+
+def contains_search_space(value: Any) -> bool:
+    if is_search_space(value):
+        return True
+    return isinstance(value, dict) and any(contains_search_space(v) for v in value.values())
+
+
+def variants(settings: dict) -> list[dict]:
+    """The settings of each variant Tune would run of a grid search or sampled space (at most
+    MAX_VALIDATED_VARIANTS): each trial's config must be valid, not the unresolved one."""
+    from ray.tune.search.variant_generator import generate_variants
+
+    return [spec["config"] for _, spec in itertools.islice(generate_variants({"config": settings}), MAX_VALIDATED_VARIANTS)]
+
+
+def build_config(run: Any, env: Any, settings: dict, where: str, from_command_line: Collection[str] = ()):
+    """The algorithm config of an experiment, every variant validated by RLlib before Ray starts."""
+    config = algorithm_config(run, where)
+    env = rllib_env_id(env, where)
+    config.environment(env)
+    settings = prepare_settings(config, settings, where)
+    set_settings(config, settings, where, from_command_line)
+    vectorize_our_env(config)
+    if not contains_search_space(settings):
+        validate_config(config, flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
+        return config
+    for variant in variants(settings):
+        candidate = algorithm_config(run, where).environment(env)
+        set_settings(candidate, variant, where, from_command_line)
+        vectorize_our_env(candidate)
+        validate_config(candidate, flatten_settings(variant, METHOD_SECTIONS), where, from_command_line)
+    return config
+
+
+def validate_python_config(config: Any, where: str, overrides: dict) -> None:
+    """A Python file's config validated as Tune will run it: each variant of its search spaces."""
+    settings = config.to_dict()
+    if not contains_search_space(settings):
+        check_values(settings, where, set(overrides))
+        validate_config(config, overrides, where, from_command_line=set(overrides))
+        return
+    for variant in variants(settings):
+        check_values(variant, where, set(overrides))
+        validate_config(type(config)().update_from_dict(variant), overrides, where, from_command_line=set(overrides))

@@ -1,0 +1,229 @@
+"""Experiment files in RLlib's old ``rllib train`` format, read safely and checked whole.
+
+A YAML file holds one or more experiments::
+
+    my-experiment:
+      run: DevicePPO            # or any RLlib algorithm: PPO, APPO, DQN, ...
+      env: GPUCartPole-v1       # a gymnasium id or a Tune-registered env
+      stop: {env_runners/episode_return_mean: 475, training_iteration: 200}
+      num_samples: 1
+      checkpoint_config: {checkpoint_at_end: true}
+      config: {num_env_runners: 0, lr: 0.0005, ...}   # AlgorithmConfig settings
+
+A Python file defines ``config`` (an ``AlgorithmConfig``) and ``stop`` (and optionally ``name``).
+
+Old names and settings are translated or dropped with a warning each (``legacy.py``); the
+config section is applied by ``settings.py``, the env checked by ``envs.py``, values and stop
+metrics by ``checks.py``. A failure is one ``ExperimentError`` line,
+``<file>: experiment '<name>': <key>: <problem and fix>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import os
+import runpy
+from typing import Any
+
+import yaml
+
+from rllib_gpuenv.experiments.checks import check_name, check_stop, check_values, one_line
+from rllib_gpuenv.experiments.envs import rllib_env_id, vectorize_our_env
+from rllib_gpuenv.experiments.errors import ExperimentError, key_error
+from rllib_gpuenv.experiments.legacy import translate_experiment_keys, translate_metric
+from rllib_gpuenv.experiments.settings import apply_config, build_config, validate_python_config
+from rllib_gpuenv.experiments.shipped import config_file, shipped_settings
+
+logger = logging.getLogger(__name__)
+
+EXPERIMENT_KEYS = {"run", "env", "stop", "config", "num_samples", "checkpoint_config", "storage_path", "resource_search"}
+MAIN_JOB_FILE = "gpu_cartpole_ppo.yaml"  # the main job's experiment: PPO on GPUCartPole-v1
+
+
+@dataclasses.dataclass
+class Experiment:
+    """One runnable experiment: an algorithm config plus Tune's stop and run settings."""
+
+    name: str
+    config: Any  # an AlgorithmConfig
+    stop: dict
+    num_samples: int = 1
+    checkpoint_config: dict = dataclasses.field(default_factory=dict)
+    storage_path: str | None = None
+    resource_search: dict | None = None
+
+    @property
+    def algo_class(self):
+        return self.config.algo_class
+
+
+def experiment_where(source: str, name: str) -> str:
+    """How errors and warnings name an experiment: ``<file>: experiment '<name>'``."""
+    return f"{source}: experiment {name!r}"
+
+
+def _checkpoint_config(values: Any, where: str) -> dict:
+    from ray import tune
+
+    if not isinstance(values, dict):
+        raise key_error(where, "checkpoint_config", f"expected a mapping of tune.CheckpointConfig arguments, got {values!r}")
+    try:
+        tune.CheckpointConfig(**values)
+    except (TypeError, ValueError) as err:
+        raise key_error(where, "checkpoint_config", one_line(err)) from None
+    return dict(values)
+
+
+def _stop(stop: Any, where: str) -> dict:
+    if not isinstance(stop, dict):
+        raise key_error(where, "stop", f"expected a mapping such as {{training_iteration: 100}}, got {stop!r}")
+    return {translate_metric(k, where): v for k, v in stop.items()}
+
+
+def experiment_from_spec(
+    name: str,
+    spec: Any,
+    source: str,
+    base_dir: str = ".",
+    *,
+    config_overrides: dict | None = None,
+    stop_overrides: dict | None = None,
+    allow_no_stop: bool = False,
+) -> Experiment:
+    """An ``Experiment`` from one ``{run, env, stop, config, ...}`` entry of a file, checked whole.
+
+    ``config_overrides``/``stop_overrides`` come from the command line (``--config``/``--stop``)
+    and win over the file's; errors about them say so.
+    """
+    where = experiment_where(source, name)
+    check_name(name, where)
+    if not isinstance(spec, dict):
+        raise ExperimentError(f"{where}: expected a mapping with run, env, stop, config; got {type(spec).__name__}")
+    checkpoint_config = _checkpoint_config(spec.get("checkpoint_config") or {}, where)
+    spec = translate_experiment_keys({k: v for k, v in spec.items() if k != "checkpoint_config"}, checkpoint_config, where)
+    unknown = sorted(set(spec) - EXPERIMENT_KEYS)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(EXPERIMENT_KEYS), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise key_error(
+            where, unknown[0], f"not an experiment key; {hint}an experiment has {', '.join(sorted(EXPERIMENT_KEYS))}"
+        )
+    if "run" not in spec:
+        raise key_error(where, "run", "missing: the algorithm, e.g. run: DevicePPO or run: PPO")
+    settings = spec.get("config") or {}
+    if not isinstance(settings, dict):
+        raise key_error(where, "config", f"expected a mapping of AlgorithmConfig settings, got {settings!r}")
+    settings = {**settings, **(config_overrides or {})}
+    env = spec.get("env", settings.pop("env", None))
+    if env is None:
+        raise key_error(where, "env", "missing: the env, e.g. env: GPUCartPole-v1")
+    config = build_config(spec["run"], env, settings, where, from_command_line=set(config_overrides or {}))
+    stop = {**_stop(spec.get("stop") or {}, where), **_stop(stop_overrides or {}, "--stop")}
+    check_stop(stop, config, where, allow_no_stop)
+    num_samples = spec.get("num_samples", 1)
+    check_values({"num_samples": num_samples}, where)
+    storage = spec.get("storage_path")
+    return Experiment(
+        name=name,
+        config=config,
+        stop=stop,
+        num_samples=num_samples,
+        checkpoint_config=checkpoint_config,
+        storage_path=os.path.abspath(os.path.join(base_dir, os.path.expanduser(storage))) if storage else None,
+        resource_search=spec.get("resource_search"),
+    )
+
+
+def load_experiments(
+    path: str | os.PathLike,
+    *,
+    config_overrides: dict | None = None,
+    stop_overrides: dict | None = None,
+    allow_no_stop: bool = False,
+) -> list[Experiment]:
+    """Every experiment of a YAML file (old ``rllib train`` format) or a Python file, checked.
+
+    A bad file raises one ``ExperimentError`` with one line per bad experiment."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ExperimentError(f"{path}: no such experiment file")
+    overrides = dict(config_overrides=config_overrides, stop_overrides=stop_overrides, allow_no_stop=allow_no_stop)
+    if path.endswith(".py"):
+        return [_python_experiment(path, **overrides)]
+    try:
+        with open(path) as f:
+            experiments = yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        raise ExperimentError(f"{path}: not valid YAML: {one_line(err)}") from None
+    if not isinstance(experiments, dict) or not experiments:
+        raise ExperimentError(f"{path}: expected experiments as {{name: {{run, env, stop, config}}}}")
+    base_dir = os.path.dirname(os.path.abspath(path))
+    loaded, errors = [], []
+    for name, spec in experiments.items():  # every experiment's mistake, not only the first one's
+        try:
+            loaded.append(experiment_from_spec(str(name), spec, path, base_dir, **overrides))
+        except ExperimentError as err:
+            errors.append(str(err))
+    if errors:
+        raise ExperimentError("\n".join(errors))
+    return loaded
+
+
+def _python_experiment(path: str, config_overrides=None, stop_overrides=None, allow_no_stop=False) -> Experiment:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    namespace = runpy.run_path(path)
+    name = str(namespace.get("name") or os.path.splitext(os.path.basename(path))[0])
+    where = experiment_where(path, name)
+    check_name(name, where)
+    config = namespace.get("config")
+    if not isinstance(config, AlgorithmConfig):
+        raise key_error(
+            where, "config", f"a Python experiment file must define `config`, an AlgorithmConfig (got {type(config).__name__})"
+        )
+    config.environment(rllib_env_id(config.env, where))
+    if config_overrides:
+        apply_config(config, config_overrides, where, from_command_line=set(config_overrides))
+    vectorize_our_env(config)
+    validate_python_config(config, where, dict(config_overrides or {}))
+    stop = {**_stop(dict(namespace.get("stop") or {}), where), **_stop(stop_overrides or {}, "--stop")}
+    check_stop(stop, config, where, allow_no_stop)
+    return Experiment(name=name, config=config, stop=stop)
+
+
+def inline_experiment(
+    algo: str,
+    env: str,
+    config: dict | None = None,
+    stop: dict | None = None,
+    name: str | None = None,
+    *,
+    allow_no_stop: bool = False,
+) -> Experiment:
+    """What ``rllib train --algo X --env Y --config {...} --stop {...}`` runs: the shipped
+    experiment's settings for this algorithm and env when there is one (``--config`` on top),
+    the algorithm's defaults otherwise (always for RLlib's own algorithms, as RLlib's CLI did)."""
+    shipped = shipped_settings(algo, env) if algo.startswith("Device") else None
+    if shipped is not None:
+        logger.info("%s on %s: starting from the settings of the shipped %s (--config overrides them)", algo, env, shipped[0])
+    spec = {"run": algo, "env": env, "config": {**(shipped[1] if shipped else {}), **(config or {})}, "stop": stop or {}}
+    default_name = f"{algo}_{env}".replace(":", "_").replace("/", "_").replace("\\", "_")
+    return experiment_from_spec(name or default_name, spec, "<command line>", allow_no_stop=allow_no_stop)
+
+
+def load_config(path: str | os.PathLike | None = None, device: str | None = None, seed: int | None = None) -> Experiment:
+    """The (first) experiment of a file (default: the main job's, shipped), with the device of
+    every role and the seed overridden."""
+    experiment = load_experiments(config_file(MAIN_JOB_FILE) if path is None else path)[0]
+    if device is not None:
+        experiment.config.devices(learner=device, env_runners=device)
+    if seed is not None:
+        experiment.config.debugging(seed=seed)
+    return experiment
+
+
+def cartpole_config(device: str | None = None, seed: int | None = None):
+    """The main job's ``DevicePPOConfig`` (``configs/gpu_cartpole_ppo.yaml``)."""
+    return load_config(device=device, seed=seed).config

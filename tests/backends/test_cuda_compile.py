@@ -1,0 +1,132 @@
+"""The numba CUDA kernels compiled for a real GPU (PTX for an H100, sm_90), on a machine without one.
+
+numba's CUDA simulator (test_numba_cuda_sim.py) runs a kernel as Python, so it cannot see what
+numba-cuda's compiler rejects. It passed while the kernel called overloads registered with
+numba's core and ``np.floor``, neither of which numba-cuda can compile: the backend would have
+failed on every GPU. Here numba-cuda and the CUDA toolkit's NVVM compile the kernels as they
+would on the GPU. Needs numba-cuda (the ``test`` extra installs it with NVRTC) and NVVM (the
+CUDA toolkit); skipped where one is missing.
+
+numba-cuda asks the current GPU for its compute capability when it compiles a device function;
+where there is no GPU these tests answer sm_90 for it. Nothing else is stood in for.
+"""
+
+import re
+import types
+
+import numba
+import pytest
+import torch
+
+from rllib_gpuenv import ENV_DEFS, make_vector_env
+from rllib_gpuenv.core.buffers import StepOutputs
+from rllib_gpuenv.core.step import KernelArguments
+
+pytest.importorskip("numba_cuda", reason="numba-cuda (the CUDA target) is not installed")
+from numba import cuda  # noqa: E402  (numba-cuda's, after the check above)
+from numba.cuda import dispatcher  # noqa: E402
+
+from rllib_gpuenv.backends.numba_cuda import kernel_source  # noqa: E402
+from rllib_gpuenv.core.jit import cuda_device_functions  # noqa: E402
+
+CC = (9, 0)
+F64_ARITHMETIC = re.compile(r"^\s*(add|sub|mul|div|fma|neg|abs|min|max|sqrt|rcp)\.\S*f64\b", re.M)
+
+
+@pytest.fixture
+def compile_ptx(monkeypatch):
+    """``fn`` compiled to PTX for ``CC``; skips where numba-cuda cannot compile at all here."""
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(dispatcher, "get_current_device", lambda: types.SimpleNamespace(compute_capability=CC))
+
+    def probe(out, a):
+        out[0] = a + 1
+
+    try:
+        cuda.compile_ptx(probe, (numba.typeof(torch.zeros(1, dtype=torch.int64).numpy()), numba.int64), cc=CC)
+    except Exception as err:  # no NVVM or NVRTC: numba-cuda names what it could not find
+        pytest.skip(f"numba-cuda cannot compile here: {str(err).splitlines()[0]}")
+    return lambda fn, signature: cuda.compile_ptx(fn, signature, cc=CC)[0]
+
+
+def kernel_signature(env, fn) -> tuple:
+    """The numba types of ``fn``'s arguments for ``env``, from the arrays the backend would pass."""
+    env.reset(seed=0)
+    arrays = {k: v.numpy() for k, v in env._buffers.tensors().items()}
+    arrays.update(
+        {
+            k: v.numpy()
+            for k, v in StepOutputs.allocate(env.definition.obs_size, env.num_envs, env.dtype, env.device)._asdict().items()
+        }
+    )
+    actions = env._action_tensor(torch.as_tensor(env.action_space.sample())).numpy()
+    arguments = KernelArguments(fn)
+    arguments.prepare(actions=actions, **arrays, **env._constants._asdict())
+    return tuple(numba.typeof(a) for a in arguments.fill())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_step_kernel_compiles_for_the_gpu(compile_ptx, env_id, dtype):
+    env = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype=dtype)
+    fn = kernel_source(env._bound, env.dtype)
+    ptx = compile_ptx(fn, kernel_signature(env, fn))
+    assert ".entry" in ptx and "st.global" in ptx  # a kernel that writes its results
+
+
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
+    """No float64 arithmetic in a float32 env's step (full rate on every GPU).
+
+    The initial-state hash is float64 by design (the same initial states on every backend), so
+    the check compiles the per-env step without the reset draw.
+    """
+    env = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype="float32")
+    _, advance_env = env._bound.kernel_functions(env.dtype)
+
+    def advance_all(
+        actions,
+        state,
+        steps,
+        prev_done,
+        ep_return,
+        obs,
+        reward,
+        terminated,
+        truncated,
+        final_return,
+        final_length,
+        final_mask,
+        max_steps,
+    ):
+        i = cuda.grid(1)
+        if i < state.shape[1]:
+            advance_env(
+                i,
+                actions,
+                state,
+                steps,
+                prev_done,
+                ep_return,
+                obs,
+                reward,
+                terminated,
+                truncated,
+                final_return,
+                final_length,
+                final_mask,
+                max_steps,
+            )
+
+    signature = dict(
+        zip(
+            KernelArguments(kernel_source(env._bound, env.dtype)).names,
+            kernel_signature(env, kernel_source(env._bound, env.dtype)),
+        )
+    )
+    names = KernelArguments(advance_all).names
+    ptx = compile_ptx(cuda_device_functions(advance_all), tuple(signature[n] for n in names))
+    assert not F64_ARITHMETIC.findall(ptx)
+    env64 = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype="float64")
+    fn64 = kernel_source(env64._bound, env64.dtype)
+    assert F64_ARITHMETIC.findall(compile_ptx(fn64, kernel_signature(env64, fn64)))  # the float64 one does show it

@@ -1,0 +1,286 @@
+"""Smoke test of every benchmark at tiny sizes: it runs, prints its table, writes JSON/CSV/PNG."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from tests.helpers import ROOT
+
+
+def bench(tmp_path, *args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", *args, "--out", str(tmp_path), "--plot"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT, check=False)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def tiny_dqn_file(tmp_path) -> pathlib.Path:
+    """DeviceDQN settings small enough for a smoke test (12 envs x 4 steps per round)."""
+    path = tmp_path / "dqn.yaml"
+    path.write_text(
+        textwrap.dedent("""
+        tiny-dqn:
+          run: DeviceDQN
+          env: GPUCartPole-v1
+          stop: {training_iteration: 5}
+          config:
+            num_envs_per_env_runner: 12
+            device_rollouts: {rollout_length: 4}
+            train_batch_size_per_learner: 64
+            num_steps_sampled_before_learning_starts: 128
+            replay_buffer_config: {capacity: 5000}
+    """)
+    )
+    return path
+
+
+def outputs(tmp_path, name):
+    for ext in ("json", "csv", "png"):
+        assert (tmp_path / f"{name}.{ext}").stat().st_size > 0, ext
+    with open(tmp_path / f"{name}.json") as f:
+        return json.load(f)
+
+
+def test_scaling(tmp_path):
+    out = bench(tmp_path, "scaling", "--num-envs", "1,4,16", "--min-seconds", "0.01", "--rounds", "3")
+    assert "turning points" in out.stdout and "gymnasium AsyncVectorEnv" in out.stdout and "ours: numba-cpu" in out.stdout
+    result = outputs(tmp_path, "scaling")
+    assert {r["contender"] for r in result["rows"]} >= {
+        "gymnasium SyncVectorEnv",
+        "gymnasium numpy",
+        "plain torch (cpu)",
+        "ours: torch (cpu)",
+    }
+    for row in result["rows"]:  # each point is the median of its interleaved rounds
+        assert len(row["seconds_per_step_by_round"]) == 3
+        assert row["seconds_per_step"] == sorted(row["seconds_per_step_by_round"])[1]
+
+
+def test_workload(tmp_path):
+    out = bench(tmp_path, "workload", "--num-envs", "16", "--substeps", "1,4", "--min-seconds", "0.01")
+    assert "time growth from substeps=1 to 4" in out.stdout
+    assert len(outputs(tmp_path, "workload")["rows"]) == 4  # 2 backends x 2 substeps
+
+
+def test_block_size_under_the_cuda_simulator(tmp_path):
+    out = bench(
+        tmp_path, "block-size", "--num-envs", "32", "--candidates", "16,32", "--steps", "2", env={"NUMBA_ENABLE_CUDASIM": "1"}
+    )
+    assert "CUDA SIMULATOR: timings mean nothing" in out.stdout and "best threads per block" in out.stdout
+    assert outputs(tmp_path, "block_size")["meta"]["simulated"] is True
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_block_size_without_a_gpu_says_so(tmp_path):
+    cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", "block-size", "--out", str(tmp_path)]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300, check=False
+    )
+    assert out.returncode != 0 and "needs a CUDA GPU" in out.stderr
+
+
+def test_training_curves(tmp_path):
+    contenders = ["device", "stock-runner", "stock-rllib", "stock-rllib-8envs", "sb3"]
+    out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "20")
+    assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
+    assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
+    result = outputs(tmp_path, "training")
+    assert [r["contender"] for r in result["rows"]] == contenders
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
+        half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
+        assert run["lowest_after_half"] == (None if half is None else min(p[2] for p in run["curve"][half:]))
+
+
+def test_training_curves_pendulum_ppo(tmp_path):
+    """Continuous PPO: ours (the shipped Pendulum file) and SB3 with RL-Zoo's settings (stock RLlib's
+    runs take the path test_training_curves covers; its file loads in test_rllib_cli)."""
+    out = bench(
+        tmp_path,
+        "training",
+        "--task",
+        "pendulum-ppo",
+        "--contenders",
+        "device",
+        "sb3",
+        "--seeds",
+        "0",
+        "--target",
+        "-1400",
+        "--budget",
+        "4",
+    )
+    assert (
+        "pendulum-ppo: time and env steps to a mean return of -1400" in out.stdout
+        and "lowest return after -1300" in out.stdout
+    )
+    result = outputs(tmp_path, "training_pendulum-ppo")
+    assert result["meta"]["task"] == "pendulum-ppo" and [r["contender"] for r in result["rows"]] == ["device", "sb3"]
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    assert result["rows"][0]["config_file"].endswith("gpu_pendulum_ppo.yaml")
+
+
+def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp_path):
+    """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml), stock RLlib DQN, SB3."""
+    settings = tiny_dqn_file(tmp_path)
+    out_dir = tmp_path / "out"
+    out = bench(
+        out_dir,
+        "training",
+        "--task",
+        "cartpole-dqn",
+        "--seeds",
+        "0",
+        "--target",
+        "25",
+        "--budget",
+        "4",
+        "--device-config",
+        str(settings),
+    )
+    assert "cartpole-dqn: time and env steps to a mean return of 25" in out.stdout
+    result = outputs(out_dir, "training_cartpole-dqn")
+    assert [r["contender"] for r in result["rows"]] == ["device", "stock-rllib", "sb3"]
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    device = next(run for run in result["meta"]["curves"] if run["contender"] == "device")
+    assert device["config_file"] == str(settings)
+    assert all(p[1] % 48 == 0 for p in device["curve"])  # rounds of the file's 12 envs x 4 steps
+
+
+def test_sb3_goes_on_past_rl_zoos_steps_until_the_target():
+    """RL-Zoo's DQN budget (50k CartPole steps) holds at most 100 episodes, so its last-100 mean
+    cannot reach 475 inside it: SB3 then trains on (here: 8 steps end before any episode does)."""
+    from rllib_gpuenv.bench.training import SB3Setup, _sb3_curve
+
+    setup = SB3Setup(
+        "DQN", "CartPole-v1", n_envs=1, total_timesteps=8, hyperparameters=dict(learning_starts=1000, train_freq=4)
+    )
+    run = _sb3_curve(setup, seed=0, target=5.0, budget_s=600.0)
+    seconds, steps, mean = run["curve"][-1]
+    assert steps > 8 and mean >= 5.0
+    assert [p[0] for p in run["curve"]] == sorted(p[0] for p in run["curve"])  # one clock across the learn() calls
+
+
+def test_training_refuses_a_contender_the_task_lacks(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllib_gpuenv.cli",
+        "bench",
+        "training",
+        "--task",
+        "pendulum-ppo",
+        "--contenders",
+        "stock-runner",
+        "--out",
+        str(tmp_path),
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300, check=False
+    )
+    assert (
+        out.returncode != 0
+        and "task 'pendulum-ppo' has no contender 'stock-runner': its contenders are device, stock-rllib, sb3" in out.stderr
+    )
+
+
+def test_sampling(tmp_path):
+    """The device runner's sample() side by side with the env alone, RLlib's draw and RLlib's runner."""
+    out = bench(tmp_path, "sampling", "--num-envs", "8,16", "--rollout-length", "4", "--rounds", "2", "--min-seconds", "0.02")
+    assert "device runner / stock runner" in out.stdout
+    rows = outputs(tmp_path, "sampling")["rows"]
+    assert {r["contender"] for r in rows} == {
+        "env step alone",
+        "device runner",
+        "device runner, RLlib's action draw",
+        "stock RLlib runner (gymnasium CartPole-v1)",
+    }
+    for row in rows:
+        assert row["env_steps_per_s"] == pytest.approx(row["num_envs"] * row["steps_per_call"] / row["seconds_per_call"])
+        assert row["steps_per_call"] == (1 if row["contender"] == "env step alone" else 4)
+
+
+def test_replot_draws_the_recorded_results_again(tmp_path):
+    """The committed results' plots can be drawn again from their JSON (no benchmark rerun)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "rllib_gpuenv.bench.replot", os.path.join(ROOT, "benchmarks"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    recorded = {p.stem for p in pathlib.Path(ROOT, "benchmarks").glob("*.json")}
+    assert {"scaling", "training", "breakdown"} <= recorded
+    assert {p.name for p in tmp_path.iterdir()} == {f"{name}.png" for name in recorded}
+    assert (
+        "iteration (sum of the parts)" in out.stdout
+        and "env steps to target" in out.stdout
+        and "speed-ups measured" in out.stdout
+    )
+
+
+def test_breakdown(tmp_path):
+    out = bench(tmp_path, "breakdown", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1")
+    assert "env stepping" in out.stdout and "learner update" in out.stdout and "GPU utilisation" in out.stdout
+    assert "iteration (sum of the parts)" in out.stdout
+    rows = outputs(tmp_path, "breakdown")["rows"]
+    assert [r["setup"] for r in rows] == ["ours: device path", "RLlib stock runner, our env"]
+    for r in rows:  # the parts partition the iteration: each is a share of it, and together they are all of it
+        parts = [v for k, v in r.items() if k.startswith("s_")]
+        assert len(parts) == 8 and all(v >= 0 for v in parts) and r["s_env stepping"] > 0 and r["s_learner update"] > 0
+        assert sum(parts) == pytest.approx(r["seconds_per_iteration"], rel=1e-9)
+
+
+def test_breakdown_of_pendulum_ppo(tmp_path):
+    """Another env, a Box action space: both setups on GPUPendulum-v1 (the device path with its own settings file)."""
+    out = bench(
+        tmp_path, "breakdown", "--env", "GPUPendulum-v1", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1"
+    )
+    assert "one DevicePPO iteration on GPUPendulum-v1" in out.stdout
+    rows = outputs(tmp_path, "breakdown_DevicePPO_GPUPendulum-v1")["rows"]
+    assert [r["setup"] for r in rows] == [
+        "ours: device path (DevicePPO, GPUPendulum-v1)",
+        "RLlib stock runner, our env (GPUPendulum-v1)",
+    ]
+    assert rows[0]["update"] == rows[1]["update"] == {"num_epochs": 10, "minibatch_size": 128}  # Pendulum's file, for both
+    for r in rows:
+        assert r["s_env stepping"] > 0 and sum(v for k, v in r.items() if k.startswith("s_")) == pytest.approx(
+            r["seconds_per_iteration"], rel=1e-9
+        )
+
+
+def test_breakdown_of_device_dqn(tmp_path):
+    """DQN's iteration: its training data (n-step transitions, replay buffer) is a part of its own."""
+    out = bench(
+        tmp_path,
+        "breakdown",
+        "--algo",
+        "DeviceDQN",
+        "--device-config",
+        str(tiny_dqn_file(tmp_path)),
+        "--num-envs",
+        "16",
+        "--rollout-length",
+        "8",
+        "--iterations",
+        "2",
+    )
+    assert "training data: GAE (PPO), n-step + replay buffer (DQN)" in out.stdout
+    (row,) = outputs(tmp_path, "breakdown_DeviceDQN_GPUCartPole-v1")["rows"]
+    # one train() call: as many rounds of 16 envs x 8 steps as RLlib's DQN samples per iteration
+    assert row["setup"] == "ours: device path (DeviceDQN, GPUCartPole-v1)" and row["env_steps_per_iteration"] % (16 * 8) == 0
+    assert row["update"] == {
+        "train_batch_size_per_learner": 64,
+        "training_intensity": 8,
+    }  # the file's minibatch, DeviceDQN's default
+    assert row["s_advantages (GAE)"] > 0 and row["s_learner update"] > 0 and row["s_env stepping"] > 0
+    assert sum(v for k, v in row.items() if k.startswith("s_")) == pytest.approx(row["seconds_per_iteration"], rel=1e-9)

@@ -1,0 +1,124 @@
+"""`rllib evaluate` / `rllib-gpuenv evaluate`: deterministic episodes from a checkpoint, and a video.
+
+Real Ray, RLlib, gymnasium and imageio. The checkpoints are made cheaply: a DevicePPO after one
+tiny iteration, and RLlib's stock PPO on gymnasium's CartPole-v1 straight after it is built.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import imageio.v2 as imageio
+import pytest
+import ray
+import torch
+from ray.rllib.algorithms.ppo import PPOConfig
+
+from rllib_gpuenv.cli.evaluate import EvaluationError, evaluate
+from rllib_gpuenv.rllib import DevicePPOConfig
+
+BIN = os.path.dirname(sys.executable)
+FRAME_SHAPE = (400, 600, 3)  # gymnasium's CartPole renderer
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    root = tmp_path_factory.mktemp("checkpoints")
+    device = (
+        DevicePPOConfig()
+        .environment("GPUCartPole-v1")
+        .env_runners(num_envs_per_env_runner=16)
+        .device_rollouts(rollout_length=8)
+        .training(minibatch_size=64, num_epochs=1)
+        .build_algo()
+    )
+    stock = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0).build_algo()
+    try:
+        device.train()
+        paths = {
+            "device": device.save(str(root / "device")).checkpoint.path,
+            "stock": stock.save(str(root / "stock")).checkpoint.path,
+        }
+    finally:
+        device.stop()
+        stock.stop()
+        ray.shutdown()
+    return paths
+
+
+def assert_cartpole_episodes(result, episodes):
+    assert len(result.returns) == len(result.lengths) == episodes
+    assert all(1 <= n <= 500 for n in result.lengths)
+    assert result.returns == [float(n) for n in result.lengths]  # CartPole pays 1 per step
+
+
+def test_rllib_evaluate_plays_deterministic_episodes_and_records_an_mp4(checkpoints, tmp_path):
+    video = tmp_path / "policy.mp4"
+    out = subprocess.run(
+        [
+            os.path.join(BIN, "rllib"),
+            "evaluate",
+            checkpoints["device"],
+            "--episodes",
+            "4",
+            "--device",
+            "cpu",
+            "--video",
+            str(video),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "4 episodes: mean return" in out.stdout and ", min " in out.stdout and ", max " in out.stdout
+    assert f"written to {video}" in out.stdout
+    frames = imageio.mimread(video, memtest=False)
+    assert len(frames) >= 2 and frames[0].shape == FRAME_SHAPE
+
+    first = evaluate(checkpoints["device"], episodes=4, device="cpu")
+    again = evaluate(checkpoints["device"], episodes=4, device="cpu")
+    assert_cartpole_episodes(first, 4)
+    assert first.returns == again.returns  # deterministic actions, the same seed
+    assert len(frames) == first.lengths[0] + 1  # the reset frame, then one per step of env 0's episode
+
+
+def test_any_gymnasium_env_records_a_gif_the_same_way(checkpoints, tmp_path):
+    """RLlib's stock PPO on gymnasium's CartPole-v1: gymnasium vectorises it, its renderer draws env 0."""
+    result = evaluate(checkpoints["stock"], episodes=3, device="cpu", video=str(tmp_path / "stock.gif"))
+    assert_cartpole_episodes(result, 3)
+    assert result.frames == result.lengths[0] + 1
+    frames = imageio.mimread(result.video)
+    assert 1 < len(frames) <= result.frames  # Pillow merges frames that are pixel-identical into one
+    assert frames[0].shape[:2] == FRAME_SHAPE[:2]
+
+
+def test_rllib_gpuenv_evaluate_names_what_is_wrong(checkpoints, tmp_path):
+    def run(*args):
+        return subprocess.run(
+            [os.path.join(BIN, "rllib-gpuenv"), "evaluate", *args], capture_output=True, text=True, cwd=tmp_path
+        )
+
+    out = run(str(tmp_path))
+    assert out.returncode == 2 and "not an RLlib algorithm checkpoint (no rllib_checkpoint.json)" in out.stderr, out.stderr[
+        -2000:
+    ]
+    out = run(checkpoints["device"], "--video", "out.avi")
+    assert out.returncode == 2 and "--video out.avi: the file must end in .mp4 or .gif" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_truncated_checkpoint_file_is_named(checkpoints, tmp_path):
+    broken = shutil.copytree(checkpoints["device"], tmp_path / "broken")
+    config_file = broken / "class_and_ctor_args.pkl"
+    config_file.write_bytes(config_file.read_bytes()[:100])
+    with pytest.raises(EvaluationError, match=f"{config_file}: cannot be read"):
+        evaluate(broken, episodes=1, device="cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_evaluate_on_the_gpu(checkpoints, tmp_path):
+    result = evaluate(checkpoints["device"], episodes=8, device="cuda", video=str(tmp_path / "gpu.mp4"))
+    assert_cartpole_episodes(result, 8)
+    assert result.frames == result.lengths[0] + 1

@@ -1,0 +1,141 @@
+"""The README's `ray job submit` recipe, run line by line on a real head (token authentication).
+
+The lines are read from README.md, so the test and the README cannot drift. They run as written,
+in a shell in the repository, with the test's own PATH (no venv on it). Three things differ, none
+in what the lines do: free ports replace 6379, 8265 and the head's other fixed ports, so a head
+someone else runs on this machine does not clash; `ray start` gets `--block`, so the head's
+processes are this test's children and it stops exactly them (SIGTERM, which `ray start --block`
+passes on to them) instead of running the README's `ray stop`, which stops every Ray process on
+the machine, and a temp dir of its own, so that no `ray.init()` elsewhere on the machine (later
+tests included) takes this head, or its stale address, for the local cluster; and HOME is a
+temporary folder, where Tune writes the job's results.
+
+Readiness is waited for, never assumed: the head's start, then the job agent (a submit answered
+"No available agent to submit job" is retried). The deadlines only stop a test that would hang.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from tests.helpers import ROOT
+
+SECTION = "### On a cluster: `ray job submit`"
+NOT_READY = ("No available agent to submit job", "Connection refused", "Failed to connect", "Cannot connect")
+HANG_GUARD_S = 900
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def readme_recipe() -> dict[str, str]:
+    """The recipe's lines (continuations joined), keyed by what they do."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    section = text[text.index(SECTION) :]
+    start = section.index("```bash\n") + len("```bash\n")
+    lines = section[start : section.index("```", start)].replace("\\\n", "").splitlines()
+    keys = {
+        "export ": "export",
+        "ray start": "start",
+        "ray job submit": "submit",
+        "ray job list": "list",
+        "ray job logs": "logs",
+        "ray job status": "status",
+        "ray job stop": "stop",
+        "ray stop": "ray stop",
+    }
+    recipe = {}
+    for line in lines:
+        (key,) = [k for marker, k in keys.items() if marker in line]
+        recipe[key] = line
+    assert list(recipe) == list(keys.values()), lines
+    return recipe
+
+
+def bash(line: str, env: dict, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def recipe_and_head(tmp_path):
+    """The README's head, started as written (plus --block and free ports); stopped by this test only."""
+    if not os.path.isfile(os.path.join(ROOT, ".venv", "bin", "ray")):
+        pytest.skip("the README's recipe runs from ./run.sh's venv, ./.venv")
+    ports = {"6379": str(free_port()), "8265": str(free_port())}
+    recipe = {key: re.sub(r"\b(6379|8265)\b", lambda m: ports[m.group(1)], line) for key, line in readme_recipe().items()}
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        RAY_USAGE_STATS_ENABLED="0",
+        AUTOSCALER_METRIC_PORT=str(free_port()),
+        DASHBOARD_METRIC_PORT=str(free_port()),
+    )
+    exported = bash(recipe["export"] + '; printf "%s %s" "$RAY_AUTH_MODE" "$RAY_AUTH_TOKEN"', env, timeout=60)
+    env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN"] = exported.stdout.split()
+
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay short
+    start = (
+        f"{recipe['start']} --block --temp-dir={temp_dir} "
+        f"--ray-client-server-port={free_port()} --dashboard-agent-listen-port={free_port()}"
+    )
+    log_path = tmp_path / "head.log"
+    with open(log_path, "w") as log:
+        head = subprocess.Popen(["bash", "-c", f"exec {start}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while "Ray runtime started" not in log_path.read_text():
+            assert head.poll() is None, "the head did not start:\n" + log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the head has not started after a long wait:\n" + log_path.read_text()[-3000:]
+            time.sleep(1)
+        yield recipe, env
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
+        try:
+            head.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def submit_when_the_agent_is_ready(line: str, env: dict) -> subprocess.CompletedProcess:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        out = bash(line, env)
+        if out.returncode == 0 or not any(marker in out.stdout + out.stderr for marker in NOT_READY):
+            return out
+        assert time.monotonic() < deadline, "the job agent never became ready:\n" + out.stderr[-3000:]
+        time.sleep(2)
+
+
+def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head):
+    recipe, env = recipe_and_head
+    submitted = submit_when_the_agent_is_ready(recipe["submit"], env)
+    assert submitted.returncode == 0, submitted.stdout[-2000:] + submitted.stderr[-3000:]
+    job_id = re.search(r"raysubmit_\w+", submitted.stdout + submitted.stderr).group(0)
+
+    listed = bash(recipe["list"], env, timeout=300)
+    assert listed.returncode == 0 and job_id in listed.stdout, listed.stderr[-3000:]
+    # --follow returns when the job ends: the wait is the job itself
+    logs = bash(recipe["logs"].replace("<id>", job_id), env)
+    status = bash(recipe["status"].replace("<id>", job_id), env, timeout=300)
+    assert "succeeded" in status.stdout.lower(), status.stdout + status.stderr[-2000:] + logs.stdout[-5000:]
+    assert (
+        ": TERMINATED after 20 iteration(s)" in logs.stdout and "experiment 'gpu-cartpole-ppo': 1 trial(s)" in logs.stdout
+    ), logs.stdout[-5000:]
+    assert os.path.isdir(os.path.join(env["HOME"], "ray_results", "gpu-cartpole-ppo"))
+
+    stopped = bash(recipe["stop"].replace("<id>", job_id), env, timeout=300)  # a finished job: nothing to stop
+    assert job_id in stopped.stdout + stopped.stderr, stopped.stdout + stopped.stderr

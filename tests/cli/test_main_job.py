@@ -1,0 +1,157 @@
+"""The main job (`rllib-gpuenv train`): progress, logs you can open, and a run from a built wheel.
+
+Real Ray, RLlib, Tune's logger callbacks, TensorBoard, pip and setuptools.
+"""
+
+import contextlib
+import csv
+import io
+import os
+import shutil
+import site
+import subprocess
+import sys
+
+import pytest
+
+from rllib_gpuenv.cli.train import train
+from tests.helpers import ROOT
+
+# 16 envs x 4 steps: CartPole episodes last at least 8 steps, so the first iteration ends none.
+TINY_EXPERIMENT = """
+tiny:
+  run: DevicePPO
+  env: GPUCartPole-v1
+  stop: {env_runners/episode_return_mean: 475, training_iteration: 3}
+  config:
+    seed: 0
+    num_envs_per_env_runner: 16
+    device_rollouts: {rollout_length: 4}
+    minibatch_size: 64
+    num_epochs: 1
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    import ray
+
+    root = tmp_path_factory.mktemp("main_job")
+    (root / "tiny.yaml").write_text(TINY_EXPERIMENT)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            run = train(root / "tiny.yaml", device="cpu", storage_path=str(root / "results"), progress_bar=True)
+    finally:
+        ray.shutdown()
+    return run, out.getvalue(), err.getvalue()
+
+
+def test_progress_lines_say_when_no_episode_ended_and_the_bar_shows_an_eta(tiny_run):
+    run, out, err = tiny_run
+    lines = [line for line in out.splitlines() if line.startswith("iter ")]
+    assert len(lines) == 3, out
+    assert "no episode ended (return as before)" in lines[0]
+    assert "no episode ended" not in lines[2] and "episodes" in lines[2]
+    assert all("env-steps/s" in line for line in lines)
+    assert "stopped after 3 iterations" in out and f"checkpoint saved to {run.checkpoint}" in out
+    assert f"tensorboard --logdir {run.directory}" in out
+    # tqdm's bar: position of the iteration limit, elapsed<ETA, and the return toward the target
+    assert "3/3 [" in err and "<00:00" in err and "return " in err and "/475" in err, err[-2000:]
+
+
+def test_metrics_are_in_a_csv_and_in_tensorboard_events(tiny_run):
+    run, _, _ = tiny_run
+    with open(os.path.join(run.directory, "progress.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["training_iteration"]) for r in rows] == [1, 2, 3]
+    assert [float(r["env_runners/num_env_steps_sampled_lifetime"]) for r in rows] == [64, 128, 192]
+    returns = [float(r["env_runners/episode_return_mean"]) for r in rows]  # a column even though
+    assert returns[0] != returns[0] and returns[2] > 0  # iteration 1 ended no episode (NaN there)
+    assert os.path.isfile(os.path.join(run.checkpoint, "rllib_checkpoint.json"))
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(run.directory)
+    events.Reload()
+    steps = events.Scalars("ray/tune/env_runners/num_env_steps_sampled_lifetime")
+    assert [(e.step, e.value) for e in steps] == [(1, 64), (2, 128), (3, 192)]
+    assert "ray/tune/env_runners/episode_return_mean" in events.Tags()["scalars"]
+
+    tensorboard = os.path.join(os.path.dirname(sys.executable), "tensorboard")  # the command itself works
+    inspect = subprocess.run([tensorboard, "--inspect", "--logdir", run.directory], capture_output=True, text=True)
+    assert inspect.returncode == 0 and "ray/tune/env_runners/episode_return_mean" in inspect.stdout, inspect.stderr[-2000:]
+
+
+def _repository_copy(dest) -> str:
+    """The files a clone has (tracked, and new ones git does not ignore), links kept as links."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    for name in filter(None, files.stdout.split("\0")):
+        source, target = os.path.join(ROOT, name), os.path.join(dest, name)
+        if os.path.lexists(source):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(source, target, follow_symlinks=False)
+    return str(dest)
+
+
+def test_the_main_job_runs_from_a_built_wheel_outside_the_repository(tmp_path):
+    """Build the wheel, install it alone (--no-deps, no index) into a fresh virtualenv that reaches
+    the project venv's dependencies, and run the main job from another folder."""
+    source = _repository_copy(tmp_path / "source")
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(tmp_path / "dist"),
+            source,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("rllib_gpuenv-*.whl")
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    venv_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    # The dependencies come from the project venv, after the new venv's own site-packages: the
+    # package itself must come from the wheel.
+    deps = "".join(f"import site; site.addsitedir({path!r})\n" for path in site.getsitepackages())
+    with open(os.path.join(venv_site, "project_dependencies.pth"), "w") as f:
+        f.write(deps)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")}
+    job = subprocess.run(
+        [str(venv / "bin" / "rllib-gpuenv"), "train", "--max-iterations", "2", "--storage-path", "runs"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+    )
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
+    # the job read the experiment file shipped in the wheel, so it imported the installed package
+    config_file = os.path.join(venv_site, "rllib_gpuenv", "configs", "gpu_cartpole_ppo.yaml")
+    assert f"gpu-cartpole-ppo ({config_file}): DevicePPO on GPUCartPole-v1" in job.stdout, job.stdout
+    assert "iter    2" in job.stdout, job.stdout
+    (run_dir,) = (elsewhere / "runs").iterdir()
+    assert (run_dir / "progress.csv").is_file() and (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()

@@ -1,0 +1,205 @@
+"""`rllib train` as a command: its errors, real Tune runs of files old and new, --algo/--env."""
+
+import glob
+import json
+import os
+import re
+
+from rllib_gpuenv.experiments import inline_experiment, load_experiments
+from rllib_gpuenv.experiments.legacy import TRANSITION_FLAGS
+from tests.helpers import (
+    ERROR_LINE,
+    OLD_EXPERIMENTS,
+    assert_every_reported_metric_is_a_known_stop_metric,
+    error_lines,
+    rllib,
+    trial_progress,
+    write,
+)
+
+# --- the command line (subprocesses) ------------------------------------------------------------
+
+
+def test_help():
+    out = rllib("--help")
+    assert out.returncode == 0 and "train" in out.stdout
+    out = rllib("train", "--help")
+    assert out.returncode == 0
+    for text in (
+        "rllib train file",
+        "-f",
+        "--framework",
+        "--algo",
+        "--env",
+        "--config",
+        "--stop",
+        "--no-stop",
+        "episode_reward_mean",
+        "_enable_learner_api",
+        "MeanStdFilter",
+        "resource_search",
+        "-v",
+    ):
+        assert text in out.stdout, text
+
+
+def test_train_refuses_bad_input_before_ray_starts(tmp_path):
+    """Every file's mistakes in one run, one line each; nothing runs (no Ray, no results)."""
+    fail = sorted(glob.glob(os.path.join(OLD_EXPERIMENTS, "fail", "*.yaml")))
+    out = rllib("train", "file", *fail, "--storage-path", str(tmp_path / "results"))
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == len(fail) and all(ERROR_LINE.match(e) for e in errors), errors
+    assert (
+        "cartpole-appo-no-vtrace.yaml: experiment 'cartpole-appo': vtrace: IMPALA and APPO do NOT support vtrace=False"
+        in out.stderr
+    )
+    assert (
+        "pendulum-ppo-v0.yaml: experiment 'pendulum-ppo': env: Environment version v0 for `Pendulum` is deprecated"
+        in out.stderr
+    )
+    assert "Started a local Ray instance" not in out.stderr and not os.path.exists(tmp_path / "results")
+    out = rllib("train", "--algo", "PPO", "--env", "CartPole-v1", "--framework", "tf", "--stop", '{"training_iteration": 1}')
+    assert out.returncode == 2 and error_lines(out.stderr) == [
+        "rllib: error: --framework tf: RLlib's new API stack runs torch only: drop --framework (or pass --framework torch)"
+    ], out.stderr[-2000:]
+    out = rllib("train", "--algo", "PPO")
+    assert out.returncode == 2 and "both --algo and --env" in out.stderr
+    out = rllib("train", "-f", str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
+
+
+def test_train_file_with_legacy_names_runs_with_tune(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        legacy-device-ppo:
+          run: DevicePPO
+          env: GPUCartPole-v1
+          stop: {training_iteration: 2}
+          checkpoint_at_end: true
+          config:
+            num_workers: 0
+            num_envs_per_worker: 32
+            device_rollouts: {rollout_length: 16}
+            sgd_minibatch_size: 128
+            num_sgd_iter: 2
+    """,
+    )
+    out = rllib("train", "file", path, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "num_workers: called 'num_env_runners' today" in out.stderr
+    # one row per result (return, env steps, env-steps/s, time), no config dump without -v
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("DevicePPO_") and "TERMINATED" not in line]
+    assert [r[1] for r in rows] == ["1", "2"] and [r[3] for r in rows] == ["512", "1,024"], out.stdout
+    assert "return" in out.stdout and "env-steps/s" in out.stdout and "TERMINATED after 2 iteration(s)" in out.stdout
+    assert " config:" not in out.stdout and "model_config" not in out.stdout
+    experiment_dir = tmp_path / "results" / "legacy-device-ppo"
+    (progress,) = trial_progress(experiment_dir)
+    assert len(progress) == 2
+    assert_every_reported_metric_is_a_known_stop_metric(experiment_dir, load_experiments(path)[0].config)
+
+
+def train_two_iterations_on_our_env(tmp_path, algo: str, num_cpus: int) -> tuple[list[dict], dict]:
+    """`rllib train --algo ALGO --env GPUCartPole-v1` for two iterations: the trial's progress rows and config."""
+    out = rllib(
+        "train",
+        "--algo",
+        algo,
+        "--env",
+        "GPUCartPole-v1",
+        "--stop",
+        '{"training_iteration": 2}',
+        "--storage-path",
+        str(tmp_path),
+        "--ray-num-cpus",
+        str(num_cpus),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    name = f"{algo}_GPUCartPole-v1"
+    assert f"experiment '{name}': 1 trial(s)" in out.stdout
+    (progress,) = trial_progress(tmp_path / name)
+    (params,) = glob.glob(str(tmp_path / name / "*" / "params.json"))
+    return progress, json.load(open(params))
+
+
+def test_stock_ppo_trains_on_our_env_by_its_plain_name(tmp_path):
+    """Issue 17's command, RLlib's default PPO (2 env runners: 3 logical CPUs)."""
+    progress, config = train_two_iterations_on_our_env(tmp_path, "PPO", num_cpus=3)
+    assert len(progress) == 2 and float(progress[-1]["env_runners/num_env_steps_sampled_lifetime"]) >= 8000
+    assert config["env"] == "rllib_gpuenv:GPUCartPole-v1" and config["gym_env_vectorize_mode"] == "vector_entry_point"
+
+
+def test_device_dqn_trains_from_the_command_line_with_its_tuned_defaults(tmp_path):
+    """`rllib train --algo DeviceDQN --env GPUCartPole-v1`: the settings of configs/gpu_cartpole_dqn.yaml."""
+    progress, config = train_two_iterations_on_our_env(tmp_path, "DeviceDQN", num_cpus=2)
+    # min_sample_timesteps_per_iteration 1000: four rounds of 16 envs x 16 steps per iteration
+    assert [int(float(row["env_runners/num_env_steps_sampled_lifetime"])) for row in progress] == [1024, 2048]
+    assert float(progress[-1]["env_runners/episode_return_mean"]) > 0
+    assert (config["n_step"], config["training_intensity"], config["target_network_update_freq"]) == (3, 8, 500)
+
+
+def test_old_tuned_example_files(tmp_path):
+    """Old-format files of PPO, DQN, APPO, an IMPALA grid search and Pendulum PPO run two
+    iterations each, in one `rllib train` (-f, -v: each trial's config printed)."""
+    files = sorted(glob.glob(os.path.join(OLD_EXPERIMENTS, "*.yaml")))
+    args = [a for f in files for a in ("-f", f)]
+    out = rllib(
+        "train",
+        "-v",
+        *args,
+        "--framework",
+        "torch",
+        "--stop",
+        '{"training_iteration": 2}',
+        "--storage-path",
+        str(tmp_path),
+        "--ray-num-cpus",
+        "3",
+    )
+    assert out.returncode == 0, out.stderr[-5000:]
+    expected_trials = {
+        "cartpole-ppo": 1,
+        "cartpole-dqn": 1,
+        "cartpole-appo-vtrace": 1,
+        "cartpole-impala": 2,
+        "pendulum-ppo": 1,
+    }
+    for name, trials in expected_trials.items():
+        progress = trial_progress(tmp_path / name)
+        assert len(progress) == trials and all(len(rows) == 2 for rows in progress), name
+        assert all(int(float(rows[-1]["num_env_steps_sampled_lifetime"])) > 0 for rows in progress), name
+    # every transition flag in these files: one warning line each, in this one run
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("WARNING rllib_gpuenv")]
+    for path in files:
+        text = open(path).read()
+        for flag in TRANSITION_FLAGS:
+            if re.search(rf"^\s+{flag}:", text, re.M):
+                named = [w for w in warnings if f"{os.path.basename(path)}: " in w and f": {flag}: dropped" in w]
+                assert len(named) == 1, (path, flag, named)
+    assert (
+        sum(
+            "observation_filter: MeanStdFilter is applied as RLlib's MeanStdFilter env-to-module connector" in w
+            for w in warnings
+        )
+        == 3
+    )
+    assert out.stdout.count(" config:\n") == 6  # -v: one config per trial
+    for path in files:
+        for experiment in load_experiments(path):
+            assert_every_reported_metric_is_a_known_stop_metric(tmp_path / experiment.name, experiment.config)
+
+
+def test_algo_and_env_start_from_the_shipped_settings_for_that_pair():
+    """`--algo DevicePPO --env GPUPendulum-v1` starts from configs/gpu_pendulum_ppo.yaml (PPO's
+    generic lr 5e-5 barely moves Pendulum); --config overrides it; RLlib's own algorithms keep
+    their defaults, as RLlib's CLI did."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    pendulum = inline_experiment("DevicePPO", "GPUPendulum-v1", {"num_epochs": 3}, {"training_iteration": 1})
+    assert (pendulum.config.lr, pendulum.config.gamma, pendulum.config.num_envs_per_env_runner) == (0.002, 0.9, 64)
+    assert pendulum.config.num_epochs == 3
+    stock = inline_experiment("PPO", "GPUCartPole-v1", None, {"training_iteration": 1})
+    assert stock.config.lr == PPOConfig().lr
+    cartpole = inline_experiment("DevicePPO", "GPUCartPole-v1", None, {"training_iteration": 1})
+    assert cartpole.config.num_envs_per_env_runner == 128  # gpu_cartpole_ppo.yaml, not the GPU-sized file

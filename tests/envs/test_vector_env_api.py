@@ -1,0 +1,185 @@
+"""The gymnasium VectorEnv contract, outputs, seeding, episode statistics and rendering."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+from rllib_gpuenv import ENV_DEFS, CartPoleVectorEnv, make_vector_env
+
+GYMNASIUM_IDS = {
+    "GPUCartPole-v1": "CartPole-v1",
+    "GPUAcrobot-v1": "Acrobot-v1",
+    "GPUMountainCar-v0": "MountainCar-v0",
+    "GPUMountainCarContinuous-v0": "MountainCarContinuous-v0",
+    "GPUPendulum-v1": "Pendulum-v1",
+}
+
+
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_spaces_time_limits_and_metadata_are_gymnasiums(env_id):
+    env = make_vector_env(env_id, 5)
+    ref = gym.make(GYMNASIUM_IDS[env_id])
+    assert env.single_observation_space == ref.observation_space
+    assert env.single_action_space == ref.action_space
+    assert env.observation_space == gym.vector.utils.batch_space(ref.observation_space, 5)
+    assert env.action_space == gym.vector.utils.batch_space(ref.action_space, 5)
+    assert env.max_episode_steps == ref.spec.max_episode_steps
+    assert env.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    assert env.metadata["render_fps"] == ref.metadata["render_fps"]
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs.numpy()) and info == {}
+    assert f"{env_id}, num_envs=5" in repr(env)
+
+
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_reset_draws_gymnasiums_initial_distribution(env_id):
+    """Same bounds, and the options gymnasium's reset takes."""
+    env = make_vector_env(env_id, 4000, dtype="float64")
+    env.reset(seed=0)
+    low, high = env.state.min(0).values.numpy(), env.state.max(0).values.numpy()
+    expected = {
+        "GPUCartPole-v1": ([-0.05] * 4, [0.05] * 4),
+        "GPUAcrobot-v1": ([-0.1] * 4, [0.1] * 4),
+        "GPUMountainCar-v0": ([-0.6, 0.0], [-0.4, 0.0]),
+        "GPUMountainCarContinuous-v0": ([-0.6, 0.0], [-0.4, 0.0]),
+        "GPUPendulum-v1": ([-np.pi, -1.0], [np.pi, 1.0]),
+    }[env_id]
+    span = np.asarray(expected[1]) - np.asarray(expected[0])
+    assert np.all(low >= expected[0]) and np.all(high <= expected[1])
+    assert np.all(low - expected[0] <= 0.01 * span) and np.all(expected[1] - high <= 0.01 * span)  # all of it is used
+    options = {"x_init": 0.5, "y_init": 0.25} if env_id == "GPUPendulum-v1" else {"low": -0.01, "high": 0.01}
+    env.reset(seed=0, options=options)
+    assert env.state.abs().max() <= 0.5 + 1e-12
+    if env_id == "GPUAcrobot-v1":  # gymnasium stores Acrobot's initial state as float32
+        assert torch.equal(env.state, env.state.float().double())
+
+
+def test_torch_output_stays_on_device_and_numpy_output_is_numpy(backend):
+    env = CartPoleVectorEnv(6, backend=backend)
+    obs, _ = env.reset(seed=0)
+    out = env.step(torch.ones(6, dtype=torch.long))
+    for x in (obs, *out[:4], *out[4]["episode"].values()):
+        assert isinstance(x, torch.Tensor) and x.device == env.device
+    assert (obs.dtype, out[1].dtype, out[2].dtype) == (torch.float32, torch.float32, torch.bool)
+
+    env = CartPoleVectorEnv(6, backend=backend, output="numpy")
+    obs, _ = env.reset(seed=0)
+    out = env.step([1, 0, 1, 0, 1, 0])  # a list works too
+    assert all(isinstance(x, np.ndarray) for x in (obs, *out[:4]))
+    assert (obs.dtype, out[1].dtype, out[2].dtype) == (np.float32, np.float32, np.bool_)
+
+
+def test_same_seed_same_trajectory_different_seed_different(backend):
+    def run(seed):
+        env = CartPoleVectorEnv(10, backend=backend, dtype="float64")
+        obs, _ = env.reset(seed=seed)
+        observations = [obs]
+        for t in range(40):
+            observations.append(env.step(torch.full((10,), t % 2))[0])
+        return torch.stack(observations)
+
+    assert torch.equal(run(3), run(3))
+    assert not torch.equal(run(3), run(4))
+
+
+def test_unseeded_resets_move_on_and_reset_bounds_option():
+    env = CartPoleVectorEnv(100)
+    first, _ = env.reset(seed=1)
+    second, _ = env.reset()
+    assert not torch.equal(first, second)
+    assert torch.equal(env.reset(seed=1)[0], first)
+    wide, _ = env.reset(seed=1, options={"low": -0.2, "high": 0.2})
+    assert wide.abs().max() > 0.05 and wide.abs().max() <= 0.2
+    envs = [CartPoleVectorEnv(4) for _ in range(2)]
+    assert not torch.equal(envs[0].reset()[0], envs[1].reset()[0])  # entropy-seeded
+
+
+def test_autoreset_next_step_and_episode_statistics(backend):
+    env = CartPoleVectorEnv(3, backend=backend, max_episode_steps=7)
+    env.reset(seed=0)
+    push_right = torch.ones(3, dtype=torch.long)
+    returns = torch.zeros(3)
+    for t in range(1, 8):
+        obs, rew, term, trunc, info = env.step(push_right)
+        returns += rew
+        if t < 7:
+            assert not trunc.any() and not info["_episode"].any()
+    assert trunc.all() and not term.any()  # time limit after 7 steps, pole still up
+    assert info["_episode"].all() and info["episode"]["_r"].all()
+    assert torch.equal(info["episode"]["l"], torch.full((3,), 7, dtype=torch.int32))
+    assert torch.equal(info["episode"]["r"], returns)
+    # The next step resets: initial observation, reward 0, no flags; the action is ignored.
+    obs, rew, term, trunc, info = env.step(push_right)
+    assert obs.abs().max() <= 0.05 and not rew.any() and not term.any() and not trunc.any()
+    assert not info["_episode"].any() and not info["episode"]["l"].any()
+
+
+def test_numpy_output_reports_episodes_only_when_one_ends():
+    env = CartPoleVectorEnv(2, output="numpy", max_episode_steps=2)
+    env.reset(seed=0)
+    assert env.step([0, 0])[4] == {}
+    info = env.step([0, 0])[4]
+    assert info["_episode"].tolist() == [True, True] and info["episode"]["l"].tolist() == [2, 2]
+
+
+def test_setting_the_state_keeps_counters_and_a_pending_reset(backend):
+    """As assigning ``env.unwrapped.state`` in gymnasium: only the physical state changes."""
+    env = CartPoleVectorEnv(2, backend=backend, max_episode_steps=3)
+    env.reset(seed=0)
+    for _ in range(3):
+        _, _, _, trunc, _ = env.step([0, 1])
+    assert trunc.all()  # both episodes ended: the next step resets them
+    env.state = np.zeros((2, 4))
+    obs, reward, term, trunc, _ = env.step([0, 1])
+    assert not reward.any() and not trunc.any() and obs.abs().max() <= 0.05 and obs.abs().max() > 0  # reset, not zeros
+    env.step([0, 1])
+    env.step([0, 1])
+    env.state = np.zeros((2, 4))
+    _, _, _, trunc, _ = env.step([0, 1])
+    assert trunc.all()  # the step count went on: third step of the episode
+
+
+def test_state_can_be_read_and_set(backend):
+    env = CartPoleVectorEnv(2, backend=backend, dtype="float64")
+    env.reset(seed=0)
+    env.state = np.array([[0.0, 0.0, 0.0, 0.0], [2.39, 1.0, 0.0, 0.0]])
+    _, _, term, _, _ = env.step(np.array([0, 1]))
+    assert term.tolist() == [False, True]  # env 1 left the track
+    # Pole upright at rest, pushed left: x_dot gains tau * xacc from the cart-pole equations.
+    temp = -10.0 / 1.1
+    thetaacc = -temp / (0.5 * (4 / 3 - 0.1 / 1.1))
+    assert env.state[0, 1].item() == pytest.approx(0.02 * (temp - 0.05 * thetaacc / 1.1), rel=1e-12)
+    with pytest.raises(ValueError, match=r"shape \(2, 4\)"):
+        env.state = np.zeros((3, 4))
+
+
+def test_render_rgb_array_of_one_env():
+    pytest.importorskip("pygame")
+    env = CartPoleVectorEnv(4, render_mode="rgb_array", render_env_index=2)
+    env.reset(seed=0)
+    env.state = torch.tensor([[0.0, 0, 0, 0]] * 2 + [[1.5, 0, 0.2, 0]] + [[0.0, 0, 0, 0]])
+    frame = env.render()
+    assert frame.shape == (400, 600, 3) and frame.dtype == np.uint8
+    centre = env.render()
+    env.render_env_index = 0
+    assert not np.array_equal(env.render(), centre)  # a different env is drawn elsewhere
+
+
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_render_draws_what_gymnasium_draws_for_the_same_state(env_id):
+    pytest.importorskip("pygame")
+    env = make_vector_env(env_id, 3, render_mode="rgb_array", render_env_index=1, dtype="float64")
+    ref = gym.make(GYMNASIUM_IDS[env_id], render_mode="rgb_array").unwrapped
+    env.reset(seed=0)
+    ref.reset(seed=0)
+    env.action_space.seed(0)
+    for t in range(3):
+        action = env.action_space.sample()
+        env.step(action)
+        ref.state = env.state.numpy()[1].copy()
+        if env_id == "GPUPendulum-v1":  # it draws the last torque too
+            ref.last_u = np.clip(action[1], -2.0, 2.0)[0]
+        assert np.array_equal(env.render(), ref.render()), t
+    env.close()

@@ -1,0 +1,71 @@
+"""DeviceEnv makes any gymnasium env speak tensors; CheckDevice names misplaced tensors."""
+
+import gymnasium as gym
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+
+from rllib_gpuenv import CartPoleVectorEnv
+from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, DeviceMismatchError
+
+
+def test_device_env_wraps_a_gymnasium_env():
+    env = DeviceEnv(gym.make_vec("Acrobot-v1", num_envs=3, vectorization_mode="sync", max_episode_steps=5), "cpu")
+    obs, _ = env.reset(seed=0)
+    assert isinstance(obs, torch.Tensor) and obs.shape == (3, 6) and obs.dtype == torch.float32
+    for _ in range(5):
+        obs, rew, term, trunc, info = env.step(torch.zeros(3, dtype=torch.long))
+    assert trunc.all() and info["_episode"].all() and torch.equal(info["episode"]["l"], torch.full((3,), 5, dtype=torch.int32))
+    with pytest.raises(TypeError, match="wraps a gymnasium VectorEnv"):
+        DeviceEnv(gym.make("Acrobot-v1"))
+
+
+def test_check_device_names_the_misplaced_tensor_of_an_env():
+    env = CheckDevice(CartPoleVectorEnv(2, device="cpu"), "cpu")
+    env.reset(seed=0)
+    env.step(torch.zeros(2, dtype=torch.long))  # all on the CPU: fine
+    wrong = CheckDevice(CartPoleVectorEnv(2, device="cpu"), "meta")
+    with pytest.raises(DeviceMismatchError, match=r"env.reset\(\) output: observations is on cpu, expected meta"):
+        wrong.reset(seed=0)
+
+
+def test_check_device_names_the_misplaced_tensor_of_a_module():
+    from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
+
+    module = DefaultPPOTorchRLModule(
+        observation_space=gym.spaces.Box(-1, 1, (4,)), action_space=gym.spaces.Discrete(2), model_config={"fcnet_hiddens": [8]}
+    )
+    CheckDevice(module, "cpu")
+    module.forward_exploration({Columns.OBS: torch.zeros(3, 4)})
+    with pytest.raises(DeviceMismatchError, match=r"module.forward_exploration\(\) input: obs is on meta, expected cpu"):
+        module.forward_exploration({Columns.OBS: torch.zeros(3, 4, device="meta")})
+
+
+def test_rescale_observations_maps_finite_bounds_to_unit_range():
+    """Bounded components go to [-1, 1] (CartPole's position and angle, MountainCar's both);
+    unbounded ones (CartPole's velocities) pass through; the spaces say so."""
+    from rllib_gpuenv import make_vector_env
+    from rllib_gpuenv.wrappers import RescaleObservations
+
+    raw = make_vector_env("GPUCartPole-v1", 8, backend="torch", device="cpu")
+    env = RescaleObservations(make_vector_env("GPUCartPole-v1", 8, backend="torch", device="cpu"))
+    high = raw.single_observation_space.high
+    for raw_obs, obs in (
+        (raw.reset(seed=0)[0], env.reset(seed=0)[0]),
+        *((raw.step(a)[0], env.step(a)[0]) for a in [torch.ones(8, dtype=torch.long)] * 5),
+    ):
+        assert torch.allclose(obs[:, [0, 2]], raw_obs[:, [0, 2]] / torch.tensor(high[[0, 2]]))  # symmetric bounds
+        assert torch.equal(obs[:, [1, 3]], raw_obs[:, [1, 3]])
+    assert env.single_observation_space.low.tolist()[::2] == [-1.0, -1.0] and env.single_observation_space.high.tolist()[
+        ::2
+    ] == [1.0, 1.0]
+    assert env.single_observation_space.high[1] == float("inf") and env.observation_space.shape == (8, 4)
+
+    car = RescaleObservations(make_vector_env("GPUMountainCarContinuous-v0", 64, backend="torch", device="cpu"))
+    obs, _ = car.reset(seed=0)
+    for _ in range(100):
+        obs, *_ = car.step(torch.ones(64, 1))
+        assert obs.abs().max() <= 1.0
+    assert obs[:, 1].abs().max() > 0.1  # the velocity (a few hundredths raw) now spans the unit range
+    with pytest.raises(TypeError, match="needs a Box observation space"):
+        RescaleObservations(gym.make_vec("Blackjack-v1", num_envs=2, vectorization_mode="sync"))

@@ -1,0 +1,388 @@
+"""Experiment files (old `rllib train` format): legacy names translated, everything checked before Ray starts."""
+
+import logging
+import os
+
+import gymnasium as gym
+import pytest
+
+from rllib_gpuenv.experiments import ExperimentError, check_fits_cluster, inline_experiment, load_experiments
+from rllib_gpuenv.experiments.legacy import TRANSITION_FLAGS, mean_std_filter_connector
+from rllib_gpuenv.rllib import DevicePPO
+from tests.helpers import (
+    CONFIGS,
+    write,
+)
+
+# --- loading and checking files (no Ray) ---------------------------------------------------------
+
+
+def test_every_shipped_config_loads():
+    for name in sorted(os.listdir(CONFIGS)):
+        experiments = load_experiments(os.path.join(CONFIGS, name))
+        assert experiments and all(e.stop for e in experiments), name
+
+
+def test_legacy_keys_and_metrics_are_translated_with_warnings(tmp_path, caplog):
+    path = write(
+        tmp_path,
+        """
+        old-style:
+          run: PPO
+          env: CartPole-v1
+          local_dir: results
+          checkpoint_freq: 5
+          stop: {episode_reward_mean: 150, timesteps_total: 100000}
+          config:
+            framework: torch
+            num_workers: 1
+            num_envs_per_worker: 4
+            sgd_minibatch_size: 64
+            num_sgd_iter: 3
+            lambda: 0.9
+            lr_schedule: [[0, 0.001], [10000, 0.0001]]
+            model: {fcnet_hiddens: [32, 32], post_fcnet_hiddens: [16], custom_model: my_model}
+    """,
+    )
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        (exp,) = load_experiments(path)
+    c = exp.config
+    assert (c.num_env_runners, c.num_envs_per_env_runner, c.minibatch_size, c.num_epochs, c.lambda_) == (1, 4, 64, 3, 0.9)
+    assert c.lr == [[0, 0.001], [10000, 0.0001]]
+    assert c.model_config["fcnet_hiddens"] == [32, 32] and c.model_config["head_fcnet_hiddens"] == [16]
+    assert "custom_model" not in c.model_config
+    assert exp.stop == {"env_runners/episode_return_mean": 150, "env_runners/num_env_steps_sampled_lifetime": 100000}
+    assert exp.checkpoint_config == {"checkpoint_frequency": 5} and exp.storage_path == str(tmp_path / "results")
+    warned = caplog.text
+    for old in (
+        "num_workers",
+        "num_envs_per_worker",
+        "sgd_minibatch_size",
+        "num_sgd_iter",
+        " model:",
+        "lr_schedule",
+        "stop.episode_reward_mean",
+        "stop.timesteps_total",
+        "local_dir",
+        "checkpoint_freq",
+        "framework",
+        "model_config.post_fcnet_hiddens",
+        "model_config.custom_model: dropped",
+    ):
+        assert old in warned, old
+
+
+def test_transition_flags_and_old_stack_settings_are_dropped_with_one_warning_each(tmp_path, caplog):
+    flags = "\n".join(f"    {flag}: true" for flag in TRANSITION_FLAGS)
+    path = write(
+        tmp_path,
+        f"""
+x:
+  run: DQN
+  env: CartPole-v1
+  stop: {{training_iteration: 1}}
+  config:
+{flags}
+    observation_filter: MeanStdFilter
+    exploration_config: {{type: EpsilonGreedy, initial_epsilon: 1.0, final_epsilon: 0.1, epsilon_timesteps: 500}}
+    sample_async: true
+    remote_worker_envs: true
+    compress_observations: true
+    synchronize_filters: true
+    prioritized_replay: true
+    """,
+    )
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        (exp,) = load_experiments(path)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("rllib_gpuenv")]
+    for key in [
+        *TRANSITION_FLAGS,
+        "sample_async",
+        "remote_worker_envs",
+        "compress_observations",
+        "synchronize_filters",
+        "prioritized_replay",
+    ]:
+        named = [line for line in lines if f": {key}: " in line]
+        assert len(named) == 1 and "dropped" in named[0], (key, named)
+    filter_line = next(line for line in lines if ": observation_filter: " in line)
+    assert "MeanStdFilter env-to-module connector" in filter_line
+    assert exp.config._env_to_module_connector is mean_std_filter_connector
+    assert exp.config.epsilon == [[0, 1.0], [500, 0.1]]
+    assert exp.config.enable_rl_module_and_learner and exp.config.enable_env_runner_and_connector_v2
+
+
+def test_observation_filter_on_device_ppo_is_an_error(tmp_path):
+    path = write(
+        tmp_path,
+        "x: {run: DevicePPO, env: GPUCartPole-v1, stop: {training_iteration: 1}, config: {observation_filter: MeanStdFilter}}",
+    )
+    with pytest.raises(
+        ExperimentError,
+        match=r"exp.yaml: experiment 'x': observation_filter: MeanStdFilter needs an env-to-module connector, and the "
+        r"device env runner runs none",
+    ):
+        load_experiments(path)
+
+
+STOP = "stop: {training_iteration: 1}"
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            f"x: {{run: NoSuchAlgo, env: CartPole-v1, {STOP}}}",
+            r"exp.yaml: experiment 'x': run: unknown algorithm 'NoSuchAlgo'; available: DevicePPO.*PPO",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPoel-v1, {STOP}}}",
+            r"exp.yaml: experiment 'x': env: unknown env 'CartPoel-v1'; did you mean CartPole-v1",
+        ),
+        (
+            f"x: {{run: PPO, env: Pendulum-v0, {STOP}}}",
+            r"exp.yaml: experiment 'x': env: Environment version v0 for `Pendulum` is deprecated. Please use `Pendulum-v1`",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{num_env_runer: 2}}}}",
+            r"exp.yaml: experiment 'x': num_env_runer: not a PPOConfig setting; did you mean num_env_runners",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, stopp: {{}}}}",
+            r"exp.yaml: experiment 'x': stopp: not an experiment key; did you mean stop\?",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{devices: {{learner: cpu}}}}}}",
+            r"experiment 'x': devices: a section of the device algorithms: needs run: DevicePPO or DeviceDQN",
+        ),
+        (
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{devices: {{learnr: cpu}}}}}}",
+            r"experiment 'x': devices: .*learnr",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{model: {{fcnet_hidens: [8]}}}}}}",
+            r"experiment 'x': model_config.fcnet_hidens: not a DefaultModelConfig field; did you mean fcnet_hiddens",
+        ),
+        # values (issue 17): RLlib's validate() and the checks RLlib does not make, before Ray starts
+        (
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{device_rollouts: {{rollout_length: 0}}}}}}",
+            r"experiment 'x': device_rollouts.rollout_length: must be a positive integer, got 0",
+        ),
+        (
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{minibatch_size: 100}}}}",
+            r"experiment 'x': minibatch_size: minibatch_size=100 does not divide the per-learner batch of 2048 env steps: "
+            r"use a divisor such as 128",
+        ),
+        (
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{devices: {{env_runners: 'cuda:7'}}}}}}",
+            r"experiment 'x': devices.env_runners: device 'cuda:7' asked for, but .*GPU",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{num_envs_per_env_runner: 0}}}}",
+            r"experiment 'x': num_envs_per_env_runner: must be a positive integer, got 0",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{minibatch_size: 100000}}}}",
+            r"experiment 'x': minibatch_size: `minibatch_size` \(100000\) must be <= `train_batch_size_per_learner` \(4000\)",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{gamma: 1.5}}}}",
+            r"experiment 'x': gamma: must be a number in \[0, 1\], got 1.5",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{lr: [[0, 0.1], [100, -1]]}}}}",
+            r"experiment 'x': lr: must be a number > 0 or a schedule",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{batch_mode: whole_episodes}}}}",
+            r"experiment 'x': batch_mode: `batch_mode` \(whole_episodes\) must be one of",
+        ),
+        (
+            f"x: {{run: APPO, env: CartPole-v1, {STOP}, config: {{vtrace: false}}}}",
+            r"experiment 'x': vtrace: IMPALA and APPO do NOT support vtrace=False anymore! Set "
+            r"`config.training\(vtrace=True\)`.$",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, "
+            "config: {seed: {grid_search: [1, 2]}, num_epochs: {grid_search: [1, 0]}}}",
+            r"experiment 'x': num_epochs: must be a positive integer, got 0",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, num_samples: 0}}",
+            r"experiment 'x': num_samples: must be a positive integer, got 0",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, checkpoint_config: {{checkpoint_frequncy: 2}}}}",
+            r"experiment 'x': checkpoint_config: .*checkpoint_frequncy",
+        ),
+        # stop criteria and names
+        (
+            "x: {run: PPO, env: CartPole-v1, stop: {env_runners/episode_retrun_mean: 100}}",
+            r"experiment 'x': stop.env_runners/episode_retrun_mean: no RLlib or Tune result has this metric; did you mean "
+            r"env_runners/episode_return_mean",
+        ),
+        (
+            "x: {run: PPO, env: CartPole-v1, stop: {training_iteration: ten}}",
+            r"experiment 'x': stop.training_iteration: the threshold must be a number, got 'ten'",
+        ),
+        (
+            "x: {run: PPO, env: CartPole-v1}",
+            r"experiment 'x': stop: no stop criteria, so the run would never end: .* or pass --no-stop",
+        ),
+        (
+            f"'../../../x': {{run: PPO, env: CartPole-v1, {STOP}}}",
+            r"experiment '../../../x': name: '../../../x' is not a plain directory name",
+        ),
+        (f"'/tmp/x': {{run: PPO, env: CartPole-v1, {STOP}}}", r"experiment '/tmp/x': name: .* is not a plain directory name"),
+        (f"'..': {{run: PPO, env: CartPole-v1, {STOP}}}", r"experiment '..': name: '..' is not a plain directory name"),
+        ("x: [run: PPO\n", r"exp.yaml: not valid YAML"),
+        ("- just a list", r"exp.yaml: expected experiments as"),
+    ],
+)
+def test_bad_experiment_files_name_the_file_experiment_and_key(tmp_path, body, message):
+    path = write(tmp_path, body)
+    with pytest.raises(ExperimentError, match=message) as err:
+        load_experiments(path)
+    assert "\n" not in str(err.value)
+
+
+def test_every_bad_experiment_of_a_file_is_named_at_once(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        a: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}, config: {gamma: 2}}
+        b: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}}
+        c: {run: PPO, env: CartPole-v1, stop: {training_iteration: 1}, config: {num_epochs: 0}}
+    """,
+    )
+    with pytest.raises(ExperimentError) as err:
+        load_experiments(path)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 2 and "experiment 'a': gamma:" in lines[0] and "experiment 'c': num_epochs:" in lines[1]
+
+
+def test_command_line_overrides_are_checked_and_named(tmp_path):
+    path = write(
+        tmp_path, "x: {run: DevicePPO, env: GPUCartPole-v1, stop: {training_iteration: 1}, config: {minibatch_size: 128}}"
+    )
+    (exp,) = load_experiments(path, config_overrides={"minibatch_size": 256}, stop_overrides={"episode_reward_mean": 50})
+    assert exp.config.minibatch_size == 256 and exp.stop == {"training_iteration": 1, "env_runners/episode_return_mean": 50}
+    with pytest.raises(
+        ExperimentError,
+        match=r"exp.yaml: experiment 'x': minibatch_size \(from --config\): minibatch_size=100 does not divide",
+    ):
+        load_experiments(path, config_overrides={"minibatch_size": 100})
+    with pytest.raises(
+        ExperimentError, match=r"exp.yaml: experiment 'x': devices.env_runners \(from --config\): device 'cuda:7'"
+    ):
+        load_experiments(path, config_overrides={"devices": {"env_runners": "cuda:7"}})
+
+
+def test_stop_metrics_nested_paths_and_custom_callbacks(tmp_path, caplog):
+    good = {
+        "training_iteration": 3,
+        "time_total_s": 60,
+        "env_runners/episode_return_mean": 100,
+        "num_env_steps_sampled_lifetime": 10_000,
+        "evaluation/env_runners/episode_return_mean": 100,
+        "learners/default_policy/policy_loss": 0.0,
+        "env_runners/num_env_steps_sampled_lifetime_throughput/throughput_since_last_reduce": 1e6,
+        "episodes_total": 100,
+    }
+    exp = inline_experiment("PPO", "CartPole-v1", stop=good)
+    assert exp.stop["env_runners/num_episodes_lifetime"] == 100
+    with pytest.raises(ExperimentError, match=r"stop.env_runners/my_metric: no RLlib or Tune result has this metric"):
+        inline_experiment("PPO", "CartPole-v1", stop={"env_runners/my_metric": 1})
+    # With callbacks of its own, an experiment may stop on what they log: a warning, not an error.
+    path = write(
+        tmp_path,
+        """
+        from ray.rllib.algorithms.ppo import PPOConfig
+        from ray.rllib.callbacks.callbacks import RLlibCallback
+        config = PPOConfig().environment("CartPole-v1").callbacks(RLlibCallback)
+        config.callbacks_on_episode_end = lambda **kwargs: None
+        stop = {"env_runners/my_metric": 1}
+    """,
+        name="custom.py",
+    )
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        (exp,) = load_experiments(path)
+    assert (
+        "stop.env_runners/my_metric: no RLlib or Tune result has this metric" in caplog.text
+        and "assuming your callbacks log it" in caplog.text
+    )
+    assert load_experiments(write(tmp_path, "x: {run: PPO, env: CartPole-v1}"), allow_no_stop=True)[0].stop == {}
+
+
+def test_python_experiment_file(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        from rllib_gpuenv.rllib import DevicePPOConfig
+        config = DevicePPOConfig().environment("GPUCartPole-v1").env_runners(num_envs_per_env_runner=32)
+        stop = {"episode_reward_mean": 100}
+    """,
+        name="my_exp.py",
+    )
+    (exp,) = load_experiments(path)
+    assert exp.name == "my_exp" and exp.algo_class is DevicePPO and exp.stop == {"env_runners/episode_return_mean": 100}
+    assert exp.config.env == "rllib_gpuenv:GPUCartPole-v1"
+    bad = write(
+        tmp_path,
+        """
+        from ray.rllib.algorithms.ppo import PPOConfig
+        config = PPOConfig().environment("CartPole-v1").training(minibatch_size=8000)
+        stop = {"training_iteration": 1}
+        name = "../escape"
+    """,
+        name="bad.py",
+    )
+    with pytest.raises(ExperimentError, match=r"bad.py: experiment '../escape': name: "):
+        load_experiments(bad)
+    grid = write(
+        tmp_path,
+        """
+        from ray import tune
+        from ray.rllib.algorithms.ppo import PPOConfig
+        config = PPOConfig().environment("CartPole-v1")
+        config.training(lr=tune.grid_search([1e-3, 1e-4]), num_epochs=tune.grid_search([1, 0]))
+        stop = {"training_iteration": 1}
+    """,
+        name="grid.py",
+    )
+    with pytest.raises(ExperimentError, match=r"grid.py: experiment 'grid': num_epochs: must be a positive integer, got 0"):
+        load_experiments(grid)  # every variant Tune would run is checked
+    assert load_experiments(grid, config_overrides={"num_epochs": 2})[0].config.lr == {"grid_search": [1e-3, 1e-4]}
+
+
+def test_our_env_ids_reach_rllib_module_qualified_without_tune():
+    """Any gymnasium id whose entry points live in rllib_gpuenv goes to RLlib as
+    "rllib_gpuenv:<id>" (trial processes import the package themselves; no Tune registry)."""
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    stock = inline_experiment("PPO", "GPUCartPole-v1", stop={"training_iteration": 1}).config
+    assert stock.env == "rllib_gpuenv:GPUCartPole-v1" and stock.gym_env_vectorize_mode == "vector_entry_point"
+    assert (
+        inline_experiment("DevicePPO", "rllib_gpuenv:GPUCartPole-v1", stop={"training_iteration": 1}).config.env
+        == "rllib_gpuenv:GPUCartPole-v1"
+    )
+    assert inline_experiment("PPO", "CartPole-v1", stop={"training_iteration": 1}).config.env == "CartPole-v1"
+    gym.register(
+        "GPUCartPoleTestOnly-v0", vector_entry_point="rllib_gpuenv.registration:make_vector_env", max_episode_steps=500
+    )
+    try:
+        assert not _global_registry.contains(ENV_CREATOR, "GPUCartPoleTestOnly-v0")
+        exp = inline_experiment("PPO", "GPUCartPoleTestOnly-v0", stop={"training_iteration": 1})
+        assert exp.config.env == "rllib_gpuenv:GPUCartPoleTestOnly-v0" and exp.name == "PPO_GPUCartPoleTestOnly-v0"
+    finally:
+        gym.registry.pop("GPUCartPoleTestOnly-v0")
+
+
+def test_asking_for_more_than_the_cluster_has_fails_at_once():
+    stop = {"training_iteration": 1}
+    exp = inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 3, "num_gpus_per_env_runner": 1}, stop)
+    with pytest.raises(
+        ExperimentError, match=r"asks Ray for 4 CPU\(s\) but the cluster has 2.*asks Ray for 3 GPU\(s\) but the cluster has 0"
+    ):
+        check_fits_cluster(exp, cluster={"CPU": 2.0})
+    check_fits_cluster(inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 1}, stop), cluster={"CPU": 2.0})

@@ -1,0 +1,118 @@
+"""Tune chooses the resources: the search space from the cluster, fail-fast, ranking, a real Tune run
+whose winner is written whole and re-runs the same."""
+
+import logging
+import math
+
+import pytest
+import ray
+import yaml
+
+from rllib_gpuenv.experiments import RETURN_METRIC, ExperimentError, inline_experiment, load_experiments, run_experiment
+from rllib_gpuenv.experiments.tune_resources import GPU_KEYS, ResourceSpace, _same, candidates, rank, search_resources
+from rllib_gpuenv.rllib import DevicePPOConfig
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    # A Ray of its own: never a cluster that another test or person started on this machine.
+    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def test_without_gpus_the_gpu_options_drop_out(caplog):
+    space = ResourceSpace(
+        num_envs_per_env_runner=[64, 256],
+        num_env_runners=[0, 1],
+        num_gpus_per_env_runner=[0, 0.5],
+        num_gpus_per_learner=[0, 1],
+    )
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv.experiments.tune_resources"):
+        combos = candidates(space, {"CPU": 2.0})
+    assert "the cluster has no GPU: dropping the GPU options" in caplog.text
+    assert len(combos) == 4 and all(c["num_gpus_per_env_runner"] == 0 == c["num_gpus_per_learner"] for c in combos)
+
+
+def test_with_a_gpu_fractions_are_tried_but_not_on_the_local_runner():
+    space = ResourceSpace(
+        num_envs_per_env_runner=[1024], num_env_runners=[0, 2], num_gpus_per_env_runner=[0, 0.5], num_gpus_per_learner=[0, 1]
+    )
+    combos = candidates(space, {"CPU": 16.0, "GPU": 1.0})
+    assert {(c["num_env_runners"], c["num_gpus_per_env_runner"]) for c in combos} == {(0, 0), (2, 0), (2, 0.5)}
+    assert len(combos) == 6
+
+
+def test_a_candidate_that_cannot_fit_fails_before_any_trial(ray_local):
+    exp = inline_experiment("DevicePPO", "GPUCartPole-v1", stop={"env_runners/episode_return_mean": 100})
+    with pytest.raises(ExperimentError, match=r"asks Ray for 4 CPU\(s\) but the cluster has 2"):
+        search_resources(exp, ResourceSpace(num_envs_per_env_runner=[64], num_env_runners=[3]))
+
+
+def _validated(config) -> dict:
+    config = config.copy(copy_frozen=False)
+    config.validate()
+    return config.to_dict()
+
+
+def test_ranking_puts_reached_targets_first_by_time_then_misses_by_return():
+    rows = [
+        {"name": "miss-high", "time_to_target_s": math.inf, "return": 300.0, "env_steps_per_s": 1.0},
+        {"name": "slow", "time_to_target_s": 20.0, "return": 480.0, "env_steps_per_s": 9.0},
+        {"name": "failed", "time_to_target_s": math.inf, "return": math.nan, "env_steps_per_s": 0.0},
+        {"name": "fast", "time_to_target_s": 10.0, "return": 476.0, "env_steps_per_s": 5.0},
+        {"name": "miss-low", "time_to_target_s": math.inf, "return": 100.0, "env_steps_per_s": 99.0},
+    ]
+    assert [r["name"] for r in rank(rows)] == ["fast", "slow", "miss-high", "miss-low", "failed"]
+
+
+def test_real_tune_search_writes_the_winning_experiment_whole(ray_local, tmp_path, capsys):
+    """Pass/fail rests on what is computed: trials stop on an iteration count, and the written
+    file must rebuild the winning trial's config and, re-run, repeat its returns."""
+    settings = {
+        "seed": 0,
+        "device_rollouts": {"rollout_length": 16},
+        "minibatch_size": 256,
+        "num_epochs": 2,
+        "lr": 0.001,
+        "vf_clip_param": float("inf"),
+        "use_kl_loss": False,
+        "model_config": {"fcnet_hiddens": [32, 32]},
+    }
+    stop = {"env_runners/episode_return_mean": 475, "training_iteration": 3}
+    exp = inline_experiment("DevicePPO", "GPUCartPole-v1", settings, stop=stop, name="search")
+    space = ResourceSpace(num_envs_per_env_runner=[32, 64], num_env_runners=[0], time_budget_s=3600)
+    best_file = str(tmp_path / "best.yaml")
+    rows = search_resources(exp, space, storage_path=str(tmp_path / "results"), best_file=best_file, verbose=0)
+    out = capsys.readouterr().out
+
+    assert "Trials run one at a time (at most 1 concurrent trial)" in out and "each of the 2 trials ran alone" in out
+    assert [r["error"] for r in rows] == [None, None]
+    assert sorted(r["num_envs_per_env_runner"] for r in rows) == [32, 64]
+    assert all(r["iterations"] == 3 and not r["reached"] and r["env_steps_to_target"] is None for r in rows)
+    lines = [line for line in out.splitlines() if line.startswith("| ")]  # the table's header and trials, best first
+    assert [line.split("|")[1].strip() for line in lines] == [
+        "envs/runner",
+        *(str(r["num_envs_per_env_runner"]) for r in rows),
+    ]
+
+    winner = rows[0]["result"]
+    (best,) = load_experiments(best_file)  # what `rllib train file best.yaml` runs
+    ran = {
+        k: v for k, v in winner.config.items() if not k.startswith("__")
+    }  # as the trial validated it, without Tune's entries
+    trial_config, written = (_validated(c) for c in (DevicePPOConfig().update_from_dict(ran), best.config))
+    assert {k for k in trial_config if not _same(trial_config[k], written.get(k))} == set()
+    assert best.config.num_envs_per_env_runner == rows[0]["num_envs_per_env_runner"] and best.config.rollout_length == 16
+    assert best.config.vf_clip_param == math.inf and best.config.use_kl_loss is False
+    assert best.config.model_config["fcnet_hiddens"] == [32, 32] and best.stop == {**stop, "time_total_s": 3600}
+    with open(best_file) as f:  # the searched resources are spelled out even where they are defaults
+        assert set(rows[0]) & set(yaml.safe_load(f)["search-best"]["config"]) == set(GPU_KEYS) | {
+            "num_envs_per_env_runner",
+            "num_env_runners",
+        }
+
+    (rerun,) = run_experiment(best, storage_path=str(tmp_path / "rerun"), verbose=0)
+    assert rerun.error is None
+    returns = [frame[RETURN_METRIC].tolist() for frame in (winner.metrics_dataframe, rerun.metrics_dataframe)]
+    assert len(returns[1]) == 3 and returns[0] == returns[1]

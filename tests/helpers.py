@@ -1,0 +1,131 @@
+"""What several test files share: paths, subprocesses, the `rllib` command, host-read counting."""
+
+import csv
+import glob
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+from rllib_gpuenv.experiments.checks import is_known_metric, known_metric_names
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(ROOT, "configs")
+OLD_EXPERIMENTS = os.path.join(ROOT, "tests", "old_experiments")
+ERROR_LINE = re.compile(r"^rllib: error: .+: experiment '[^']+': [^:]+: .+$")
+
+# Backends that run on this machine's CPU (numba-cuda runs here only under the simulator,
+# in its own subprocess: see backends/test_numba_cuda_sim.py).
+CPU_BACKENDS = ["torch", "numba-cpu"]
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (for registration and simulator tests)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def rllib(*args, timeout=900) -> subprocess.CompletedProcess:
+    """The installed-style command: python -m rllib_gpuenv.cli.rllib (what the `rllib` script runs)."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "RAY_DEDUP_LOGS": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "rllib_gpuenv.cli.rllib", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def write(tmp_path, text, name="exp.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("rllib: error:")]
+
+
+def trial_progress(experiment_dir) -> list[list[dict]]:
+    """Each trial's progress.csv rows (one per reported iteration)."""
+    return [list(csv.DictReader(open(p))) for p in sorted(glob.glob(os.path.join(experiment_dir, "*", "progress.csv")))]
+
+
+def assert_every_reported_metric_is_a_known_stop_metric(experiment_dir, config):
+    """What Tune recorded is what a stop criterion may name: the known-metric set covers it all."""
+    names = known_metric_names(config)
+    for rows in trial_progress(experiment_dir):
+        unknown = [k for k in rows[0] if not k.startswith("config/") and not is_known_metric(k, names)]
+        assert not unknown, unknown
+
+
+class HostReads:
+    """Counts, by name, the torch calls that on a CUDA tensor make the host wait for the GPU,
+    also where tensors are on the CPU (so CI can check a GPU path for host syncs).
+
+    Two kinds: ATen ops that read a value back (``item``/``bool``: ``_local_scalar_dense``; an
+    output whose size depends on the data: ``nonzero``, ``masked_select``, indexing with a
+    mask; ``multinomial`` and ``normal`` with tensor scales, which check their inputs on the
+    host) and Python-level copies to the host (``tolist``, ``numpy``, ``cpu``).
+    """
+
+    OPS = {
+        "aten._local_scalar_dense.default",
+        "aten.nonzero.default",
+        "aten.masked_select.default",
+        "aten.equal.default",
+        "aten.multinomial.default",
+        "aten.normal.Tensor_Tensor",
+        "aten.normal.Tensor_float",
+        "aten.normal.float_Tensor",
+        "aten.repeat_interleave.Tensor",
+        "aten._unique2.default",
+        "aten.unique_consecutive.default",
+    }
+    METHODS = {"tolist", "numpy", "cpu"}
+
+    def __init__(self):
+        import collections
+
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.counts = collections.Counter()
+        reads = self
+
+        class Ops(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = str(func)
+                masked = name.startswith(("aten.index.", "aten.index_put")) and any(
+                    getattr(i, "dtype", None) is not None and not i.dtype.is_floating_point and i.dtype.itemsize == 1
+                    for i in (args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ())
+                )  # a bool (or uint8) index: the output's size is the mask's count
+                if name in reads.OPS or masked:
+                    reads.counts[name] += 1
+                return func(*args, **(kwargs or {}))
+
+        class Methods(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in reads.METHODS:
+                    reads.counts[f"Tensor.{name}"] += 1
+                return func(*args, **(kwargs or {}))
+
+        self._modes = (Methods(), Ops())
+
+    def __enter__(self) -> "HostReads":
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())

@@ -1,0 +1,126 @@
+"""DeviceDQN with real Ray: it solves CartPole with the shipped settings (which are its defaults),
+its target network follows env steps as RLlib's does, it trains with remote runners and restores
+from checkpoints with or without its replay buffer, and its experiment file runs under Tune."""
+
+import pytest
+import ray
+import torch
+from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
+
+from rllib_gpuenv.experiments import load_config, load_experiments, run_experiment
+from rllib_gpuenv.experiments.shipped import config_file
+from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
+
+DQN_FILE = config_file("gpu_cartpole_dqn.yaml")
+SOLVED_WITHIN_ITERATIONS = 150  # seed 0 reaches 475 after 101 iterations (103k env steps; README, DeviceDQN)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def return_mean(result) -> float:
+    return result["env_runners"].get("episode_return_mean", float("nan"))
+
+
+def steps_sampled(result) -> int:
+    return int(result["env_runners"]["num_env_steps_sampled_lifetime"])
+
+
+def small_config(**training) -> DeviceDQNConfig:
+    """The shipped settings at test sizes: 2 remote runners of 8 envs, 8 steps per rollout."""
+    config = load_config(DQN_FILE, device="cpu", seed=1).config
+    config.env_runners(num_env_runners=2, num_envs_per_env_runner=8, num_cpus_per_env_runner=0.5).device_rollouts(
+        rollout_length=8
+    )
+    return config.training(num_steps_sampled_before_learning_starts=256, **training).reporting(
+        min_sample_timesteps_per_iteration=0
+    )
+
+
+def test_the_shipped_file_holds_the_defaults():
+    """`rllib train --algo DeviceDQN --env GPUCartPole-v1` trains as the file does (but for its seed)."""
+    from_file = load_experiments(DQN_FILE)[0].config.to_dict()
+    defaults = DeviceDQNConfig().environment("rllib_gpuenv:GPUCartPole-v1").to_dict()  # the id as the file's loader writes it
+    differ = {k: (from_file[k], defaults.get(k)) for k in from_file if from_file[k] != defaults.get(k) and k != "seed"}
+    assert not differ, differ
+
+
+def test_device_dqn_solves_cartpole_on_cpu():
+    algo = load_config(DQN_FILE, device="cpu", seed=0).config.build_algo()
+    try:
+        for iteration in range(1, SOLVED_WITHIN_ITERATIONS + 1):  # noqa: B007 (read after the loop)
+            result = algo.train()
+            if return_mean(result) >= 475:
+                break
+        assert return_mean(result) >= 475, f"mean return {return_mean(result):.1f} after {iteration} iterations"
+    finally:
+        algo.stop()
+
+
+def test_the_target_network_follows_env_steps_sampled():
+    """As in RLlib's DQN learner: after every `target_network_update_freq` env steps sampled,
+    counted at each learner update (here: one per sampling round of 8 x 8 x 2 = 128 steps)."""
+    algo = small_config(target_network_update_freq=256).build_algo()
+    try:
+        learner = algo.learner_group._learner
+        assert isinstance(learner, DQNLearner)
+        updates = []
+        for _ in range(6):
+            result = algo.train()
+            updates.append(int(result.get("learners", {}).get("default_policy", {}).get("num_target_updates", 0)))
+        # learning starts at 256 steps (round 2); the target follows at 256, 512 and 768 steps
+        assert updates == [0, 1, 1, 2, 2, 3]
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("with_buffer", [False, True])
+def test_remote_runners_train_and_checkpoints_restore(tmp_path, with_buffer):
+    config = small_config(target_network_update_freq=256)
+    config.device_replay(checkpoint_replay_buffer=with_buffer)
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert [steps_sampled(r) for r in results] == [128, 256, 384]  # both remote runners' rollouts
+        trained = results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"]
+        assert trained > 0
+        buffer = algo._device_buffer
+        saved = {name: column[: buffer.size].clone() for name, column in buffer.columns.items()}
+        saved_size, saved_added = buffer.size, buffer.added
+        target_updated_at = dict(algo.learner_group._learner.last_update_ts_by_mid)
+        assert target_updated_at["default_policy"] == 256
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+    finally:
+        algo.stop()
+    restored = DeviceDQN.from_checkpoint(path)
+    try:
+        assert restored.learner_group._learner.last_update_ts_by_mid == target_updated_at  # RLlib's learner forgets it
+        result = restored.train()
+        buffer = restored._device_buffer
+        new = buffer.added - saved_added
+        assert steps_sampled(result) == 512 and 0 < new <= 128
+        trained_after = result.get("learners", {}).get("default_policy", {}).get("num_module_steps_trained_lifetime", trained)
+        if with_buffer:  # the transitions came back: it goes on learning at once
+            assert buffer.size == saved_size + new
+            for name, column in saved.items():
+                assert torch.equal(buffer.columns[name][:saved_size], column), name
+            assert trained_after > trained
+        else:  # only the counters came back: it refills the buffer before it learns again
+            assert buffer.size == new
+            assert trained_after == trained
+    finally:
+        restored.stop()
+
+
+def test_the_experiment_file_runs_under_tune(tmp_path):
+    (experiment,) = load_experiments(str(DQN_FILE), stop_overrides={"training_iteration": 2})
+    experiment.config.devices(learner="cpu", env_runners="cpu")
+    results = run_experiment(experiment, storage_path=str(tmp_path), verbose=0)
+    assert len(results) == 1 and results[0].error is None
+    metrics = results[0].metrics
+    assert metrics["training_iteration"] == 2 and metrics["env_runners"]["num_env_steps_sampled_lifetime"] >= 2000
+    assert metrics["env_runners"]["episode_return_mean"] > 0

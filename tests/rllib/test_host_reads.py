@@ -1,0 +1,123 @@
+"""No host sync per step, checked on the CPU.
+
+On a GPU a step of a rollout is queued work: the host can queue the next one while the GPU
+runs this one, unless something reads a value back (``item``, a mask's count, a copy to the
+host, or torch's samplers, which check their inputs on the host). ``HostReads`` counts those
+calls on CPU tensors, so CI sees what ``torch.cuda.set_sync_debug_mode`` would report on a GPU
+(``test_gpu.py`` checks that there). A rollout may read back a fixed amount (its episodes'
+returns, for the metrics), never an amount that grows with its length.
+"""
+
+import pytest
+import torch
+from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchDiagGaussian
+
+from rllib_gpuenv import ENV_DEFS, make_vector_env
+from rllib_gpuenv.core import ops
+from rllib_gpuenv.experiments import load_config
+from rllib_gpuenv.experiments.shipped import config_file
+from rllib_gpuenv.rllib import DeviceEnvRunner, action_sampling
+from rllib_gpuenv.rllib.dqn import DeviceDQNTorchRLModule
+from tests.helpers import HostReads
+
+
+@pytest.fixture
+def gpu_code_paths(monkeypatch):
+    """Code that asks a tensor's value where that is free (the CPU) takes the GPU's way here."""
+    monkeypatch.setattr(ops, "host_reads_are_free", lambda device: False)
+
+
+def test_the_counter_sees_torchs_samplers_read_back():
+    """RLlib's own samplers wait for the GPU: what the device runner must not call per step."""
+    logits = torch.zeros(8, 2)
+    with HostReads() as categorical:
+        TorchCategorical(logits=logits).sample()
+    with HostReads() as gaussian:
+        TorchDiagGaussian(loc=logits, scale=torch.ones(8, 2)).sample()
+    with HostReads() as item:
+        float(logits.sum())
+    assert categorical.counts["aten.multinomial.default"] == 1
+    assert gaussian.counts["aten.normal.Tensor_Tensor"] == 1
+    assert item.total == 1
+
+
+@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+def test_an_env_step_reads_nothing_back(env_id, gpu_code_paths):
+    """As the device runner drives an env (torch backend: the ops it runs on a GPU)."""
+    env = make_vector_env(env_id, 16, backend="torch", device="cpu", reuse_outputs=True, validate_actions=False)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    actions = torch.as_tensor(env.action_space.sample())
+    env.step(actions)
+    with HostReads() as reads:
+        for _ in range(40):  # episodes end and restart in between (MountainCar's take longer)
+            env.step(actions)
+    assert reads.total == 0, reads.counts
+
+
+def reads_per_sample(file: str, rollout_length: int) -> HostReads:
+    config = load_config(config_file(file), device="cpu", seed=0).config.copy(copy_frozen=False)
+    config.env_runners(num_envs_per_env_runner=8).device_rollouts(rollout_length=rollout_length)
+    config.environment(env_config={**config.env_config, "backend": "torch"})
+    runner = DeviceEnvRunner(config=config)
+    runner.sample()  # buffers allocated, episodes under way
+    with HostReads() as reads:
+        runner.sample()
+    return reads
+
+
+@pytest.mark.parametrize("file", ["gpu_cartpole_ppo.yaml", "gpu_pendulum_ppo.yaml", "gpu_cartpole_dqn.yaml"])
+def test_a_rollout_reads_back_per_rollout_not_per_step(file, gpu_code_paths):
+    """Discrete PPO (a categorical sample), continuous PPO (a Gaussian one), DQN (epsilon-greedy)."""
+    short, long = reads_per_sample(file, 2), reads_per_sample(file, 8)
+    assert long.counts == short.counts, f"per-step host reads: {long.counts - short.counts}"
+    # The returns and lengths of the episodes that ended, for the metrics: masked, then to Python.
+    assert short.total <= 4, short.counts
+
+
+def test_categorical_draws_are_rllibs_own_from_the_same_random_numbers():
+    """torch.multinomial's one-sample path is argmax(p / E), E ~ Exp(1): the Gumbel-max on the
+    same exponentials picks the same actions, so training runs as it did with RLlib's draw."""
+    logits = torch.randn(50_000, 3) * 3
+    logits[:, 2] = -torch.inf  # a masked action
+    torch.manual_seed(1)
+    rllib = TorchCategorical(logits=logits).sample()
+    torch.manual_seed(1)
+    ours = action_sampling.sample(TorchCategorical(logits=logits))
+    assert torch.equal(ours, rllib) and not (ours == 2).any()
+
+
+def test_gaussian_draws_are_rllibs_own_from_the_same_random_numbers():
+    loc, scale = torch.randn(10_000, 2), torch.rand(10_000, 2) + 0.1
+    torch.manual_seed(1)
+    rllib = TorchDiagGaussian(loc=loc, scale=scale).sample()
+    torch.manual_seed(1)
+    assert torch.equal(action_sampling.sample(TorchDiagGaussian(loc=loc, scale=scale)), rllib)
+
+
+def test_uniform_among_allowed_actions():
+    torch.manual_seed(0)
+    allowed = torch.tensor([[True, False, True, True], [False, False, True, False]])
+    draws = action_sampling.uniform_among(allowed.repeat(50_000, 1)).view(50_000, 2)
+    first = torch.bincount(draws[:, 0], minlength=4) / 50_000
+    torch.testing.assert_close(first, torch.tensor([1 / 3, 0, 1 / 3, 1 / 3]), rtol=0, atol=1e-2)
+    assert (draws[:, 1] == 2).all()
+
+
+@pytest.mark.parametrize("t", [0, 3_000, 10**7])  # epsilon 1.0, ~0.4, 0.01
+def test_dqn_explores_as_rllibs_module_does(t):
+    """The same actions as RLlib's epsilon-greedy (uniform among the actions whose Q-value is
+    not 0, else greedy), from the same random numbers."""
+    config = load_config(config_file("gpu_cartpole_dqn.yaml"), device="cpu", seed=0).config
+    module = DeviceEnvRunner(config=config).module
+    assert isinstance(module, DeviceDQNTorchRLModule)
+    batch = {Columns.OBS: torch.randn(20_000, 4)}
+    torch.manual_seed(1)
+    rllib = DefaultDQNTorchRLModule._forward_exploration(module, batch, t=t)[Columns.ACTIONS]
+    torch.manual_seed(1)
+    ours = module.forward_exploration(batch, t=t)[Columns.ACTIONS]
+    assert torch.equal(ours, rllib)
+    not_greedy = (ours != module.forward_inference(batch)[Columns.ACTIONS]).float().mean()
+    assert not_greedy > 0.4 if t == 0 else not_greedy < 0.3  # a random pick is the greedy one half the time

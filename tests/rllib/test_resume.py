@@ -1,0 +1,98 @@
+"""Checkpoints resume exactly: save → restore → one iteration equals one more iteration of the
+run that went on, bit for bit (envs, random generators, episode window); damaged files are named."""
+
+import os
+import shutil
+
+import pytest
+import ray
+import torch
+
+from rllib_gpuenv.experiments import cartpole_config
+from rllib_gpuenv.rllib import DevicePPO
+from rllib_gpuenv.rllib.checkpointing import CheckpointError
+from tests.helpers import run_python
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def small_config(backend: str):
+    config = (
+        cartpole_config(device="cpu", seed=3)
+        .env_runners(num_envs_per_env_runner=16)
+        .environment(env_config={"backend": backend})
+    )
+    return config.device_rollouts(rollout_length=16).training(minibatch_size=64)
+
+
+def snapshot(algo) -> dict:
+    weights = algo.learner_group._learner.module["default_policy"].state_dict()
+    return {
+        "weights": {k: v.detach().clone() for k, v in weights.items()},
+        "env": {k: v.clone() for k, v in algo.env_runner.env._buffers.tensors().items()},
+    }
+
+
+@pytest.mark.parametrize("backend", ["numba-cpu", "torch"])
+def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backend):
+    algo = small_config(backend).build_algo()
+    try:
+        for _ in range(4):
+            algo.train()
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+        went_on = [algo.train() for _ in range(2)]
+        expected = snapshot(algo)
+    finally:
+        algo.stop()
+    restored = DevicePPO.from_checkpoint(path)
+    try:
+        resumed = [restored.train() for _ in range(2)]
+        got = snapshot(restored)
+    finally:
+        restored.stop()
+    for a, b in zip(went_on, resumed):
+        assert a["env_runners"]["episode_return_mean"] == b["env_runners"]["episode_return_mean"]
+        assert a["env_runners"]["num_env_steps_sampled_lifetime"] == b["env_runners"]["num_env_steps_sampled_lifetime"]
+    for name, tensor in expected["env"].items():
+        assert torch.equal(tensor, got["env"][name]), name
+    for name, tensor in expected["weights"].items():
+        assert torch.equal(tensor, got["weights"][name]), name
+
+
+def test_a_damaged_checkpoint_file_is_named(tmp_path):
+    algo = small_config("numba-cpu").build_algo()
+    try:
+        algo.train()
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+    finally:
+        algo.stop()
+    state_file = next(p for p in sorted((tmp_path / "checkpoint").rglob("state.pkl")) if "env_runner" in str(p))
+    data = state_file.read_bytes()
+    state_file.write_bytes(data[: len(data) // 2])  # a copy cut short
+    with pytest.raises(CheckpointError, match=rf"{state_file}: cannot be read .*the checkpoint is damaged"):
+        DevicePPO.from_checkpoint(path)
+
+
+def test_checkpoints_written_before_the_layout_change_restore_and_train(tmp_path):
+    """tests/rllib/data/checkpoints_82623be: a DevicePPO checkpoint and a stock PPO one with an
+    old-style MeanStdFilter (its config pickles ``rllib_gpuenv.legacy.mean_std_filter_connector``),
+    both written by the package before its modules moved. A fresh process restores each and
+    trains on (nothing imported beforehand, as in a user's new session)."""
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "checkpoints_82623be")
+    for name in ("device", "stock"):
+        copy = shutil.copytree(os.path.join(data, name), tmp_path / name)  # restoring may write beside it
+        code = f"""
+import ray
+from ray.rllib.algorithms.algorithm import Algorithm
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+algo = Algorithm.from_checkpoint({str(copy)!r})
+print(type(algo).__name__, algo.iteration, algo.train()["training_iteration"])
+"""
+        proc = run_python(code)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.split()[-3:] == [{"device": "DevicePPO", "stock": "PPO"}[name], "1", "2"], proc.stdout

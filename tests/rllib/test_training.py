@@ -1,0 +1,406 @@
+"""RLlib training with real Ray: the stock path, the device path, DeviceEnv, checkpoints, bad configs."""
+
+import statistics
+
+import gymnasium as gym
+import pytest
+import ray
+import torch
+from ray.rllib.algorithms.ppo import PPOConfig
+
+import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
+from rllib_gpuenv.experiments import cartpole_config
+from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig, DevicePPOTorchLearner
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def return_mean(result) -> float:
+    return result["env_runners"].get("episode_return_mean", float("nan"))
+
+
+def test_stock_rllib_runner_trains_on_our_env():
+    config = (
+        PPOConfig()
+        .environment("rllib_gpuenv:GPUCartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, gym_env_vectorize_mode="vector_entry_point")
+        .training(train_batch_size_per_learner=256, minibatch_size=64, num_epochs=2)
+    )
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] >= 512
+        assert return_mean(results[-1]) > 0
+        assert type(algo.env_runner.env.unwrapped).__name__ == "CartPoleVectorEnv"
+    finally:
+        algo.stop()
+
+
+def test_device_path_solves_cartpole_on_cpu():
+    algo = cartpole_config(device="cpu", seed=0).build_algo()
+    try:
+        for iteration in range(1, 501):  # noqa: B007 (read after the loop)
+            result = algo.train()
+            if return_mean(result) >= 475:
+                break
+        assert return_mean(result) >= 475, f"mean return {return_mean(result):.1f} after {iteration} iterations"
+        runner = algo.env_runner
+        assert str(runner.env.device) == "cpu" and next(runner.module.parameters()).device.type == "cpu"
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] == iteration * algo.config.device_batch_size
+    finally:
+        algo.stop()
+
+
+def test_device_learner_steps_as_rllibs_adam_and_keeps_its_nan_handling():
+    """DevicePPOTorchLearner's fused Adam and single finite check give the step RLlib's
+    ``TorchLearner`` would: plain Adam on finite gradients, NaN/inf zeroed (``nan_to_num``)
+    before the step otherwise."""
+    algo = cartpole_config(device="cpu", seed=0).build_algo()
+    try:
+        learner = algo.learner_group._learner
+        assert isinstance(learner, DevicePPOTorchLearner)
+        params = learner._params
+        reference = {pid: p.detach().clone().requires_grad_() for pid, p in params.items()}
+        reference_adam = torch.optim.Adam(list(reference.values()), lr=algo.config.lr, foreach=False)
+        generator = torch.Generator().manual_seed(0)
+        for step in range(3):
+            grads = {pid: torch.randn(p.shape, generator=generator) for pid, p in params.items()}
+            if step == 2:
+                first = next(iter(grads))
+                grads[first].view(-1)[:2] = torch.tensor([float("nan"), float("inf")])
+            for pid, grad in grads.items():
+                reference[pid].grad = torch.nan_to_num(grad)
+            reference_adam.step()
+            learner.apply_gradients(grads)
+            for pid, p in params.items():
+                assert torch.isfinite(p).all()
+                torch.testing.assert_close(p.detach(), reference[pid].detach(), rtol=1e-5, atol=1e-6)
+    finally:
+        algo.stop()
+
+
+def test_device_env_wrapper_trains_another_gymnasium_env():
+    config = (
+        DevicePPOConfig()
+        .environment("Acrobot-v1")
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(device="cpu", rollout_length=16, check_devices=True)
+        .training(minibatch_size=64, num_epochs=2)
+    )
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 3 * 8 * 16
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()
+
+
+def test_checkpoint_restore_and_continue(tmp_path):
+    config = cartpole_config(device="cpu", seed=1)
+    algo = config.build_algo()
+    for _ in range(3):
+        algo.train()
+    path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
+    weights = algo.get_module().state_dict()
+    algo.stop()
+
+    from rllib_gpuenv.rllib import DevicePPO
+
+    restored = DevicePPO.from_checkpoint(path)
+    try:
+        assert restored.iteration == 3
+        for name, tensor in restored.get_module().state_dict().items():
+            assert (tensor == weights[name]).all(), name
+        runner = restored.env_runner
+        assert type(runner).__name__ == "DeviceEnvRunner"
+        runner_weights = runner.module.state_dict()
+        assert all((runner_weights[n] == w).all() for n, w in weights.items() if n in runner_weights)
+        result = restored.train()
+        assert result["training_iteration"] == 4
+    finally:
+        restored.stop()
+
+
+def test_checkpoints_hold_no_device_tensors(tmp_path):
+    """What lets a GPU checkpoint restore on a CPU machine: the saved weights of the learner and
+    of the env runner are numpy arrays, not tensors tied to the device they trained on."""
+    import pickle
+
+    import numpy as np
+    import torch
+
+    algo = cartpole_config(device="cpu", seed=2).build_algo()
+    algo.train()
+    path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
+    algo.stop()
+    states = sorted((tmp_path / "ckpt").rglob("module_state.pkl"))
+    assert states, "no module state saved"
+    leaves = []
+
+    def collect(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                collect(v)
+        else:
+            leaves.append(value)
+
+    for state_file in states:
+        with open(state_file, "rb") as f:
+            collect(pickle.load(f))
+    weights = [v for v in leaves if isinstance(v, (np.ndarray, torch.Tensor))]
+    assert weights and all(isinstance(v, np.ndarray) for v in weights), {type(v) for v in weights}
+    assert path
+
+
+def test_checkpoint_of_a_gpu_learner_restores_on_the_cpu(tmp_path):
+    """The other device-specific part of a checkpoint is its config. Where ``devices: auto``
+    finds a GPU, the saved config holds ``num_gpus_per_learner=1``; restored here, ``auto``
+    resolves again, to the CPU, instead of asking Ray for a GPU that is not there."""
+    import pickle
+
+    from rllib_gpuenv.rllib import DevicePPO
+
+    algo = cartpole_config(seed=3).build_algo()  # devices: auto (the CPU here)
+    algo.train()
+    path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
+    algo.stop()
+    ctor_file = tmp_path / "ckpt" / "class_and_ctor_args.pkl"
+    saved = pickle.loads(ctor_file.read_bytes())
+    saved_config = saved["ctor_args_and_kwargs"][0][0]
+    assert saved_config["learner_device"] == "auto"
+    saved_config["num_gpus_per_learner"] = 1  # as written on a machine with a GPU
+    ctor_file.write_bytes(pickle.dumps(saved))
+
+    restored = DevicePPO.from_checkpoint(path)
+    try:
+        assert restored.config.num_gpus_per_learner == 0
+        assert torch.device(restored.learner_group._learner._device).type == "cpu"
+        assert restored.env_runner.env.device.type == "cpu"
+        assert restored.train()["training_iteration"] == 2
+    finally:
+        restored.stop()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c.device_rollouts(device="tpu"), r"unknown device 'tpu'|not supported"),
+        (
+            lambda c: c.training(minibatch_size=1000),
+            r"minibatch_size=1000 does not divide the per-learner batch of 2048.*1024",
+        ),
+        (lambda c: c.training(train_batch_size_per_learner=4000), r"train_batch_size_per_learner=4000.*= 2048 env steps"),
+        (lambda c: c.device_rollouts(rollout_length=0), r"rollout_length must be a positive integer"),
+    ],
+)
+def test_bad_configs_fail_clearly(change, message):
+    config = (
+        DevicePPOConfig()
+        .environment("GPUCartPole-v1")
+        .env_runners(num_envs_per_env_runner=64)
+        .device_rollouts(rollout_length=32)
+    )
+    with pytest.raises(ValueError, match=message):
+        change(config).validate()
+
+
+def test_gpu_runner_device_where_there_is_none():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU message")
+    with pytest.raises(ValueError, match=r"no CUDA GPU"):
+        DevicePPOConfig().environment("GPUCartPole-v1").device_rollouts(device="cuda").validate()
+    assert gym.spec("GPUCartPole-v1").max_episode_steps == 500
+
+
+def test_remote_device_runners_send_batches_through_ray():
+    config = (
+        DevicePPOConfig()
+        .environment("GPUCartPole-v1")
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=16, num_cpus_per_env_runner=0.5)
+        .device_rollouts(device="cpu", rollout_length=8)
+        .training(minibatch_size=64, num_epochs=1)
+    )
+    assert config.validate() is None and config.train_batch_size_per_learner == 128
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 2 * 128
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("eval_runners, unit, duration", [(0, "episodes", 8), (1, "timesteps", 2000)])
+def test_each_role_on_its_device_and_evaluation_on_the_device_runner(eval_runners, unit, duration):
+    config = (
+        cartpole_config(seed=0)
+        .devices(learner="cpu", env_runners="cpu", evaluation="cpu")
+        .evaluation(
+            evaluation_interval=1,
+            evaluation_num_env_runners=eval_runners,
+            evaluation_duration_unit=unit,
+            evaluation_duration=duration,
+            evaluation_config={"num_envs_per_env_runner": 16},
+        )
+    )
+    if eval_runners:
+        config.evaluation(evaluation_config={"num_envs_per_env_runner": 16, "num_cpus_per_env_runner": 0.5})
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        evaluation = result["evaluation"]["env_runners"]
+        assert evaluation["episode_return_mean"] > 0 and evaluation["num_env_steps_sampled"] >= (
+            duration if unit == "timesteps" else 16
+        )
+        if unit == "episodes":
+            assert evaluation["num_episodes"] >= duration
+        devices = algo.eval_env_runner_group.foreach_env_runner(
+            lambda r: (type(r).__name__, str(r._device), r.num_envs, r.config.in_evaluation), local_env_runner=not eval_runners
+        )
+        assert devices == [("DeviceEnvRunner", "cpu", 16, True)]
+        assert str(algo.learner_group._learner._device) == "cpu" and str(algo.env_runner._device) == "cpu"
+    finally:
+        algo.stop()
+
+
+def test_a_role_on_a_gpu_that_is_not_there_fails_clearly():
+    import torch
+
+    if torch.cuda.device_count() >= 3:
+        pytest.skip("this machine has the GPUs")
+    for role in ("learner", "env_runners", "evaluation"):
+        with pytest.raises(ValueError, match=r"cuda:2.*(no CUDA GPU|GPU\(s\) are visible)"):
+            cartpole_config().devices(**{role: "cuda:2"}).validate()
+
+
+def test_training_survives_a_killed_remote_runner():
+    config = (
+        cartpole_config(device="cpu", seed=0)
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=32, num_cpus_per_env_runner=0.5)
+        .fault_tolerance(restart_failed_env_runners=True)
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            algo.train()
+        victim = next(iter(algo.env_runner_group._worker_manager.actors().values()))
+        ray.kill(victim, no_restart=False)
+        returns = [return_mean(algo.train()) for _ in range(40)]
+        assert algo.env_runner_group.num_healthy_remote_workers() == 2
+        assert algo._counters["total_num_restored_workers"] >= 1
+        assert max(returns[-10:]) > 2 * returns[0] and max(returns[-10:]) > 100  # and it went on learning
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("algorithm", ["DevicePPO", "DeviceDQN"])
+def test_a_hung_remote_runner_does_not_hang_training(algorithm):
+    """A runner that stops answering (SIGSTOP) costs sample_timeout_s per iteration; the others
+    go on training, as RLlib's own algorithms do."""
+    import os
+    import signal
+
+    from rllib_gpuenv.experiments import algorithm_config
+
+    config = (
+        algorithm_config(algorithm)
+        .environment("GPUCartPole-v1")
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=8, num_cpus_per_env_runner=0.5, sample_timeout_s=5.0)
+    )
+    config.device_rollouts(device="cpu", rollout_length=8).devices(learner="cpu")
+    if algorithm == "DevicePPO":
+        config.training(minibatch_size=64, num_epochs=1)
+    else:
+        config.training(num_steps_sampled_before_learning_starts=0, train_batch_size_per_learner=32).reporting(
+            min_sample_timesteps_per_iteration=0
+        )
+    algo = config.build_algo()
+    pids = algo.env_runner_group.foreach_env_runner(lambda runner: os.getpid(), local_env_runner=False)
+    try:
+        before = algo.train()["env_runners"]["num_env_steps_sampled_lifetime"]
+        os.kill(pids[0], signal.SIGSTOP)
+        steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(2)]
+        per_runner = 8 * 8
+        assert steps[0] - before == per_runner and steps[1] - steps[0] == per_runner  # only the answering runner
+    finally:
+        os.kill(pids[0], signal.SIGCONT)
+        algo.stop()
+
+
+def test_a_logical_gpu_without_cuda_falls_back_to_the_cpu_and_says_so():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine where torch has no GPU")
+    from tests.helpers import run_python
+
+    out = run_python(
+        "import ray\n"
+        "from rllib_gpuenv.rllib import DevicePPOConfig\n"
+        "ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)\n"
+        "config = (DevicePPOConfig().environment('GPUCartPole-v1')\n"
+        "    .env_runners(num_env_runners=1, num_envs_per_env_runner=16, num_gpus_per_env_runner=1, "
+        "num_cpus_per_env_runner=0.5)\n"
+        "    .device_rollouts(rollout_length=8).training(minibatch_size=64, num_epochs=1))\n"
+        "algo = config.build_algo()\n"
+        "print('devices', algo.env_runner_group.foreach_env_runner(lambda r: str(r._device), local_env_runner=False))\n"
+        "print('steps', algo.train()['env_runners']['num_env_steps_sampled_lifetime'])\n"
+        "algo.stop()\n",
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "devices ['cpu']" in out.stdout and "steps 128" in out.stdout
+    assert "Ray assigned a GPU to env runner 1, but torch sees no CUDA device: using the CPU" in out.stderr
+
+
+class EpisodeRecorder(gym.vector.VectorWrapper):
+    """Keeps the return of every episode the wrapped vector env ends, in the order they end."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.returns = []
+
+    def step(self, actions):
+        out = self.env.step(actions)
+        info = out[4]
+        if "episode" in info:
+            self.returns += info["episode"]["r"][info["_episode"]].tolist()
+        return out
+
+
+def test_device_runner_reports_the_mean_of_its_last_episodes():
+    """``episode_return_mean`` is over the last ``metrics_num_episodes_for_smoothing`` episodes,
+    also in iterations where none ended (RLlib 2.60's own runner clears its window every
+    iteration, so one lucky iteration passes a stop criterion)."""
+    window = 5
+    config = (
+        cartpole_config(device="cpu", seed=0)
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(rollout_length=2)
+        .reporting(metrics_num_episodes_for_smoothing=window)
+    )
+    runner = DeviceEnvRunner(config=config)
+    runner.env = recorder = EpisodeRecorder(runner.env)
+    quiet_iterations = 0
+    for _ in range(40):
+        before = len(recorder.returns)
+        runner.sample()
+        metrics = runner.get_metrics()
+        if not recorder.returns:
+            continue
+        quiet_iterations += len(recorder.returns) == before
+        last = recorder.returns[-window:]
+        assert metrics["episode_return_mean"].peek() == pytest.approx(statistics.fmean(last))
+        assert metrics["episode_len_mean"].peek() == pytest.approx(statistics.fmean(last))  # CartPole: 1 per step
+        assert (metrics["episode_return_min"].peek(), metrics["episode_return_max"].peek()) == (min(last), max(last))
+        assert metrics["num_episodes"].peek() == len(recorder.returns) - before
+    assert len(recorder.returns) > 3 * window and quiet_iterations > 0

@@ -1,0 +1,68 @@
+"""The package's layout holds: imports go one way (from the ground floor up), and the import
+paths and commands the README has named keep working."""
+
+import ast
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+# Floors, bottom up: a module may import from its own floor and the ones below it.
+FLOORS = ["core", "backends", "envs", "registration wrappers", "rllib", "experiments", "bench", "cli"]
+FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts.split()}
+# Earlier names of moved modules: each is the moved module itself.
+MOVED = {
+    "rllib_gpuenv.train": "rllib_gpuenv.cli.train",
+    "rllib_gpuenv.config_files": "rllib_gpuenv.experiments.shipped",
+    "rllib_gpuenv.tune_resources": "rllib_gpuenv.experiments.tune_resources",
+    "rllib_gpuenv.legacy": "rllib_gpuenv.experiments.legacy",
+    "rllib_gpuenv.rllib_cli": "rllib_gpuenv.cli.rllib",
+}
+
+
+def _imports(path: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {n for n in names if n.split(".")[0] == "rllib_gpuenv"}
+
+
+def test_imports_go_from_the_ground_floor_up():
+    package = os.path.join(ROOT, "rllib_gpuenv")
+    upward = []
+    for folder, _, files in os.walk(package):
+        for file in files:
+            if not file.endswith(".py"):
+                continue
+            path = os.path.join(folder, file)
+            part = os.path.relpath(path, package).split(os.sep)[0].removesuffix(".py")
+            if part not in FLOOR:  # the package's __init__ and the old names' modules
+                assert part == "__init__" or f"rllib_gpuenv.{part}" in MOVED, f"{path}: on no floor of {FLOORS}"
+                continue
+            for name in _imports(path):
+                target = name.split(".")[1] if "." in name else "__init__"
+                if target == part:
+                    continue
+                assert target in FLOOR, f"{path} imports {name}, which is not on a floor (import from where it lives)"
+                if FLOOR[target] > FLOOR[part]:
+                    upward.append(f"{os.path.relpath(path, ROOT)} imports {name}")
+    assert not upward, upward
+
+
+@pytest.mark.parametrize("old, new", sorted(MOVED.items()))
+def test_old_module_names_are_the_moved_modules(old, new):
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
+@pytest.mark.parametrize("module", ["rllib_gpuenv.cli", "rllib_gpuenv.rllib_cli", "rllib_gpuenv.cli.rllib"])
+def test_python_dash_m_commands_run(module):
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: rllib" in proc.stdout
