@@ -129,3 +129,90 @@ class HostReads:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayNodes:
+    """Real Ray nodes on this machine: ``ray start --block`` processes (a head, then workers), each
+    with its own CPUs and custom resources, token authentication as a cluster has it; stopped by
+    pid (SIGTERM, which ``ray start --block`` passes on to the processes it started), never by
+    ``ray stop``. ``env`` is what a driver needs to join (``RAY_ADDRESS`` and the token)."""
+
+    HANG_GUARD_S = 600
+
+    def __init__(self, tmp_path, nodes: list[dict]):
+        import secrets
+        import tempfile
+
+        self.nodes, self.processes, self.logs = nodes, [], []
+        self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay short
+        self.port = free_port()
+        self.tmp_path = tmp_path
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
+        self.env.update(
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN=secrets.token_hex(32),
+            RAY_USAGE_STATS_ENABLED="0",
+            AUTOSCALER_METRIC_PORT=str(free_port()),
+            DASHBOARD_METRIC_PORT=str(free_port()),
+            PYTHONPATH=ROOT,
+        )
+        self.address = f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "RayNodes":
+        import json
+        import time
+
+        ray = os.path.join(os.path.dirname(sys.executable), "ray")
+        for i, node in enumerate(self.nodes):
+            if i == 0:
+                where = ["--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}", "--include-dashboard=false"]
+                where.append(f"--ray-client-server-port={free_port()}")
+            else:
+                where = [f"--address={self.address}"]
+            command = [
+                ray,
+                "start",
+                "--block",
+                *where,
+                f"--num-cpus={node['num_cpus']}",
+                f"--dashboard-agent-listen-port={free_port()}",
+            ]
+            if node.get("resources"):
+                command.append(f"--resources={json.dumps(node['resources'])}")
+            log = self.tmp_path / f"node{i}.log"
+            self.logs.append(log)
+            with open(log, "w") as out:
+                self.processes.append(subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT))
+            deadline = time.monotonic() + self.HANG_GUARD_S
+            while "Ray runtime started" not in log.read_text():  # readiness, waited for
+                assert self.processes[-1].poll() is None, f"node {i} did not start:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"node {i} has not started after a long wait:\n{log.read_text()[-3000:]}"
+                time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+        import signal
+
+        for process in reversed(self.processes):
+            process.send_signal(signal.SIGTERM)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def run_driver(self, code: str, timeout: int = HANG_GUARD_S) -> subprocess.CompletedProcess:
+        """``code`` in a fresh interpreter joined to these nodes (``ray.init()`` finds them by ``RAY_ADDRESS``)."""
+        env = {**self.env, "RAY_ADDRESS": self.address}
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)

@@ -274,8 +274,8 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
     try:
         algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)
         if not is_ppo:
-            clock.wrap(algo._device_buffer, "add", "training data")
-            clock.wrap(algo._device_buffer, "sample", "training data")
+            clock.wrap(algo.learner_group._learner._replay, "add", "training data")
+            clock.wrap(algo.learner_group._learner._replay, "sample", "training data")
         return _train(algo, iterations, clock)
     finally:
         clock.unwrap()  # dqn.n_step_transitions is the module's own function again
@@ -305,7 +305,7 @@ def _device_sampling_pieces(runner, T: int, rollouts: float) -> dict[str, float]
 def _ppo_update_pieces(runner, learner, T: int) -> dict[str, float]:
     """The PPO update phase's pieces: the critic's values and GAE the learner computes before
     RLlib's update, and the rollout crossing to the learner's device (where it is another one)."""
-    from rllib_gpuenv.rllib.ppo import rollout_batch
+    from rllib_gpuenv.rllib.learner import rollout_batch
 
     rollout = runner.sample()
     pieces = {

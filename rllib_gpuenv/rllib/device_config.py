@@ -1,5 +1,6 @@
 """What every device algorithm's config adds to RLlib's: the device env runner, a device per
-role, the rollout length, and the training batch that follows from the rollout shape."""
+role, the rollout length, where the envs are when there are several learners (the layout), and
+the training batch that follows from the rollout shape."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 
 from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
 
+# Where the envs are when there are remote learners (num_learners >= 1): "colocated", in the
+# learners (each steps num_envs_per_env_runner envs on its own device and trains on them);
+# "separate", in env runners (the driver's, or remote ones) whose rollouts go to the learners;
+# "auto": colocated without env runners (num_env_runners=0), separate with them.
+LAYOUTS = ("auto", "colocated", "separate")
+
 
 class DeviceRolloutsConfig:
     """Mixin for an ``AlgorithmConfig`` whose env runners are ``DeviceEnvRunner``s.
 
-    ``rollout_length × num_envs_per_env_runner × max(1, num_env_runners)`` env steps are
-    collected per ``sample`` round (``device_batch_size``).
+    ``rollout_length × num_envs_per_env_runner`` env steps per sampler are collected per
+    ``sample`` round, ``device_batch_size`` in all; the samplers are the env runners
+    (``max(1, num_env_runners)``), or the learners when they are colocated with their envs.
     """
 
     def _init_device_rollouts(self) -> None:
@@ -26,20 +34,30 @@ class DeviceRolloutsConfig:
         self.rescale_observations = False
         self.num_env_runners = 0  # one local runner on the default device
         self.num_envs_per_env_runner = 64
+        self.learner_layout = "auto"
 
     def device_rollouts(
-        self, *, device=NotProvided, rollout_length=NotProvided, check_devices=NotProvided, rescale_observations=NotProvided
+        self,
+        *,
+        device=NotProvided,
+        rollout_length=NotProvided,
+        check_devices=NotProvided,
+        rescale_observations=NotProvided,
+        layout=NotProvided,
     ):
         """Where env runners work (``"auto"``, ``"cpu"``, ``"cuda:N"``), steps per env per
-        rollout, whether to check every env/module tensor's device (debugging), and whether
+        rollout, whether to check every env/module tensor's device (debugging), whether
         the module sees observations rescaled from their space's finite bounds to [-1, 1]
         (``RescaleObservations``: for envs whose observations differ in scale, as RLlib's
-        ``normalize_actions`` does for actions)."""
+        ``normalize_actions`` does for actions), and, with remote learners, where the envs are
+        (``layout``: ``"colocated"`` in the learners, ``"separate"`` in env runners, ``"auto"``:
+        colocated unless there are remote env runners)."""
         return self._set_provided(
             env_runner_device=device,
             rollout_length=rollout_length,
             check_devices=check_devices,
             rescale_observations=rescale_observations,
+            learner_layout=layout,
         )
 
     def devices(self, *, learner=NotProvided, env_runners=NotProvided, evaluation=NotProvided):
@@ -60,9 +78,23 @@ class DeviceRolloutsConfig:
         return self
 
     @property
+    def colocated_learners(self) -> bool:
+        """Whether the learners step the envs themselves (see ``LAYOUTS``)."""
+        if self.num_learners < 1 or self.in_evaluation:
+            return False
+        if self.learner_layout == "auto":
+            return self.num_env_runners == 0
+        return self.learner_layout == "colocated"
+
+    @property
+    def num_samplers(self) -> int:
+        """How many processes step envs for training: the learners when colocated, else the env runners."""
+        return self.num_learners if self.colocated_learners else max(1, self.num_env_runners)
+
+    @property
     def device_batch_size(self) -> int:
-        """Env steps one sampling round collects: rollout_length × envs per runner × runners."""
-        return self.rollout_length * self.num_envs_per_env_runner * max(1, self.num_env_runners)
+        """Env steps one sampling round collects: rollout_length × envs per sampler × samplers."""
+        return self.rollout_length * self.num_envs_per_env_runner * self.num_samplers
 
     def _validate_device_rollouts(self) -> None:
         if isinstance(self.rollout_length, bool) or not isinstance(self.rollout_length, int) or self.rollout_length < 1:
@@ -78,20 +110,38 @@ class DeviceRolloutsConfig:
         for device in (self.env_runner_device, self.eval_env_runner_device):
             if device not in (None, "auto"):
                 resolve_device(device)  # an unknown or absent device fails here, clearly
+        if self.learner_layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {self.learner_layout!r}")
+        if self.learner_layout == "colocated" and self.num_env_runners > 0:
+            raise ValueError(
+                f"layout='colocated' puts the envs in the learners, but num_env_runners={self.num_env_runners} asks for "
+                "env runners too: set num_env_runners=0, or layout='separate' (or 'auto')"
+            )
         self._place_learner()
 
     def _place_learner(self) -> None:
-        """Turn ``learner_device`` into RLlib's ``num_gpus_per_learner`` and ``local_gpu_idx``."""
+        """Turn ``learner_device`` into RLlib's ``num_gpus_per_learner`` and ``local_gpu_idx``.
+
+        It places the local learner (``num_learners=0``). Remote learners work on what Ray gives
+        them (a GPU each with ``num_gpus_per_learner=1``, else the CPU): for them ``"auto"`` is
+        that, ``"cpu"`` is accepted, and a GPU index is an error (Ray chooses which GPU)."""
         if self.learner_device is None:
             return
         from rllib_gpuenv.core.devices import resolve_device
 
-        device = resolve_device(self.learner_device)
         if self.num_learners > 0:
+            if self.learner_device == "auto" or (self.learner_device == "cpu" and not self.num_gpus_per_learner):
+                return
+            if self.learner_device == "cpu":
+                raise ValueError(
+                    f"devices(learner='cpu') but num_gpus_per_learner={self.num_gpus_per_learner}: "
+                    "set num_gpus_per_learner=0 for learners on the CPU"
+                )
             raise ValueError(
-                f"learner_device={self.learner_device!r} places the local learner, but num_learners={self.num_learners} "
-                "asks for remote learners, whose GPUs Ray assigns: set num_gpus_per_learner instead, or num_learners=0"
+                f"devices(learner={self.learner_device!r}) with num_learners={self.num_learners}: Ray chooses each remote "
+                "learner's GPU: leave devices(learner=...) unset and set num_gpus_per_learner=1"
             )
+        device = resolve_device(self.learner_device)
         if device.type == "cuda":
             self.num_gpus_per_learner = self.num_gpus_per_learner or 1
             self.local_gpu_idx = device.index if device.index is not None else torch.cuda.current_device()

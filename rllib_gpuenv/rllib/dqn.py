@@ -2,13 +2,20 @@
 
 RLlib's DQN (its module with dueling heads and epsilon-greedy exploration, its learner with
 double Q, the n-step TD loss and target-network updates) with one change: where the training
-data comes from and where it is kept. Each iteration the env runners' rollouts become n-step
+data comes from and where it is kept. Each sampling round the rollouts become n-step
 transitions (``n_step_transitions``, vectorised over the whole rollout) in a replay buffer of
 preallocated tensors on the learner's device (``DeviceReplayBuffer``); minibatches are drawn
 there, and one call of RLlib's learner update runs all of a sampling round's gradient steps.
 An iteration runs rounds until it has ``min_sample_timesteps_per_iteration`` env steps, as
 RLlib's DQN does; the target network follows every ``target_network_update_freq`` env steps
 sampled, checked (by RLlib's learner) once per update call, so at most once per round.
+
+The buffer lives with the learner (``DeviceDQNTorchLearner.replay_round``). With several learners
+it is sharded, ``capacity / num_learners`` transitions each: colocated learners fill their shards
+from their own envs; in the separate layout each learner gets whole envs' share of the env
+runners' rollouts. Every learner draws its minibatches from its own shard and the gradients
+are all-reduced, so only rollouts (separate layout) or nothing but metrics (colocated) cross
+processes; a central buffer would send every minibatch through Ray instead.
 
 A step that ended its episode by termination does not bootstrap; a truncated one does, from
 the real final observation (NEXT_STEP autoreset keeps it, see ``rollout.py``); an n-step window
@@ -41,6 +48,7 @@ from ray.rllib.utils.metrics import (
 
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.checkpointing import ResumesExactly
+from rllib_gpuenv.rllib.colocated import ColocatedEnvs, LearnerCalls
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
 from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
@@ -54,8 +62,62 @@ REPLAY_BUFFER_STATE = "device_replay_buffer"
 SCHEDULES_STATE = "device_dqn_schedules"
 
 
-class DeviceDQNTorchLearner(FusedAdamLearnerMixin, DQNTorchLearner):
-    """RLlib's DQN learner (loss, double Q, target updates) with fused Adam."""
+class DeviceDQNTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, DQNTorchLearner):
+    """RLlib's DQN learner (loss, double Q, target updates) with fused Adam, its replay buffer
+    (or its shard of it) on its device, and, colocated, envs of its own."""
+
+    _replay: DeviceReplayBuffer | None = None
+    _pending_replay_state: dict | None = None
+
+    def replay_round(self, *, rollouts: list[Rollout] | None, learn: bool, timesteps: dict) -> tuple:
+        """One sampling round: ``rollouts`` (this learner's share; None: a rollout of its own
+        envs) become n-step transitions in its buffer; if ``learn``, ``updates_per_round``
+        minibatches are drawn there for one update. Returns the envs' metrics (None when the
+        rollouts were given), the update's (None without one) and the buffer's size and adds."""
+        runner_metrics = None
+        if rollouts is None:
+            envs = self.colocated_envs()
+            rollouts, runner_metrics = [envs.sample()], envs.get_metrics()
+        for rollout in rollouts:
+            transitions = n_step_transitions(rollout.to(self._device), self.config.n_step, self.config.gamma)
+            self._replay_for(transitions).add(transitions)
+        results = self._update_from_replay(timesteps) if learn else None
+        return runner_metrics, results, {"size": self._replay.size, "added_lifetime": self._replay.added}
+
+    def _replay_for(self, transitions: dict[str, torch.Tensor]) -> DeviceReplayBuffer:
+        if self._replay is None:
+            config = self.config
+            capacity = -(-config.replay_buffer_config["capacity"] // max(1, config.num_learners))  # this learner's shard
+            seed = None if config.seed is None else config.seed + self._learner_index
+            self._replay = DeviceReplayBuffer(capacity, {k: v[0] for k, v in transitions.items()}, self._device, seed)
+            if self._pending_replay_state is not None:
+                self._replay.set_state(self._pending_replay_state)
+                self._pending_replay_state = None
+        return self._replay
+
+    def _update_from_replay(self, timesteps: dict) -> dict:
+        minibatch = self.config.train_batch_size_per_learner
+        batch = self._replay.sample(self.config.updates_per_round * minibatch)
+        batch[WEIGHTS] = torch.ones(len(batch[Columns.REWARDS]), device=self._replay.device)
+        results = self.update(
+            batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=len(batch[WEIGHTS])),
+            timesteps=timesteps,
+            num_epochs=1,
+            minibatch_size=minibatch,
+            shuffle_batch_per_epoch=False,  # the draws are already random and independent
+        )
+        for module_results in results.values():
+            module_results.pop("td_error", None)  # per-sample TD errors (no priorities here)
+        return results
+
+    def get_replay_state(self, with_contents: bool) -> dict | None:
+        return None if self._replay is None else self._replay.get_state(with_contents=with_contents)
+
+    def set_replay_state(self, state: dict) -> None:
+        if self._replay is not None:
+            self._replay.set_state(state)
+        else:
+            self._pending_replay_state = state
 
 
 class DeviceDQNTorchRLModule(DefaultDQNTorchRLModule):
@@ -127,10 +189,11 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
 
     def validate(self) -> None:
         self._validate_device_rollouts()
-        if self.num_learners > 0:
+        envs = self.num_envs_per_env_runner * max(1, self.num_env_runners)
+        if not self.colocated_learners and envs % max(1, self.num_learners):
             raise ValueError(
-                f"num_learners={self.num_learners}: DeviceDQN keeps its replay buffer with the local learner, on its device; "
-                "use num_learners=0 and place that learner with devices(learner=...) or num_gpus_per_learner"
+                f"num_envs_per_env_runner × runners = {envs} envs do not split over {self.num_learners} learners "
+                f"(each learner's replay shard takes whole envs' rollouts): make it a multiple of {self.num_learners}"
             )
         capacity = self.replay_buffer_config.get("capacity")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -143,10 +206,12 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
     @property
     def updates_per_round(self) -> int:
         """Gradient steps per sampling round: ``training_intensity`` env steps trained per env
-        step sampled, in minibatches of ``train_batch_size_per_learner`` (at least one)."""
+        step sampled, in minibatches of ``train_batch_size_per_learner`` on each learner (at
+        least one)."""
         if not self.training_intensity:
             return 1
-        return max(1, round(self.training_intensity * self.device_batch_size / self.train_batch_size_per_learner))
+        trained_per_step = self.train_batch_size_per_learner * max(1, self.num_learners)
+        return max(1, round(self.training_intensity * self.device_batch_size / trained_per_step))
 
 
 @torch.no_grad()
@@ -184,8 +249,8 @@ def n_step_transitions(rollout: Rollout, n: int, gamma: float) -> dict[str, torc
     }
 
 
-class DeviceDQN(ResumesExactly, ChecksResources, DQN):
-    """RLlib DQN whose training step consumes device rollouts through a device replay buffer."""
+class DeviceDQN(LearnerCalls, ResumesExactly, ChecksResources, DQN):
+    """RLlib DQN whose training step consumes device rollouts through replay buffers on the learners' devices."""
 
     @classmethod
     def get_default_config(cls) -> DeviceDQNConfig:
@@ -193,88 +258,101 @@ class DeviceDQN(ResumesExactly, ChecksResources, DQN):
 
     def setup(self, config) -> None:
         super().setup(config)
-        self.local_replay_buffer = None  # RLlib's episode buffer: not used, the device one is made on the first rollout
-        self._device_buffer: DeviceReplayBuffer | None = None
-        self._pending_buffer_state: dict | None = None
+        self.local_replay_buffer = None  # RLlib's episode buffer: not used, the learners keep theirs
         self._learning_starts_at = config.num_steps_sampled_before_learning_starts  # env steps sampled, lifetime
-
-    def _buffer_for(self, transitions: dict[str, torch.Tensor]) -> DeviceReplayBuffer:
-        if self._device_buffer is None:
-            device = self.learner_group._learner._device
-            example = {k: v[0] for k, v in transitions.items()}
-            self._device_buffer = DeviceReplayBuffer(
-                self.config.replay_buffer_config["capacity"], example, device, self.config.seed
-            )
-            if self._pending_buffer_state is not None:
-                self._device_buffer.set_state(self._pending_buffer_state)
-                self._pending_buffer_state = None
-        return self._device_buffer
 
     def training_step(self) -> None:
         config = self.config
-        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-            rollouts, runner_metrics = sample_rollouts(self.env_runner_group, config.sample_timeout_s)
-            if not rollouts:
-                return
-            self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        learner_device = self.learner_group._learner._device
-        for rollout in rollouts:
-            transitions = n_step_transitions(rollout.to(learner_device), config.n_step, config.gamma)
-            self._buffer_for(transitions).add(transitions)
-        buffer = self._device_buffer
-        self.metrics.log_dict({"size": buffer.size, "added_lifetime": buffer.added}, key=REPLAY_BUFFER_RESULTS, window=1)
-
-        sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        if sampled < self._learning_starts_at:
-            return
-        minibatch = config.train_batch_size_per_learner
-        batch = buffer.sample(config.updates_per_round * minibatch)
-        batch[WEIGHTS] = torch.ones(len(batch[Columns.REWARDS]), device=buffer.device)
+        colocated = config.colocated_learners
+        if colocated:  # every learner samples its own envs in its round
+            shares = [{"rollouts": None}] * config.num_learners
+            sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+            sampled += config.device_batch_size
+        else:
+            with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+                rollouts, runner_metrics = sample_rollouts(self.env_runner_group, config.sample_timeout_s)
+                if not rollouts:
+                    return
+                self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+            shares = [{"rollouts": share} for share in self._shares(rollouts)]
+            sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        learn = sampled >= self._learning_starts_at
+        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: sampled, NUM_AGENT_STEPS_SAMPLED_LIFETIME: sampled}
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            results = self.learner_group.update(
-                batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=len(batch[WEIGHTS])),
-                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: sampled, NUM_AGENT_STEPS_SAMPLED_LIFETIME: sampled},
-                num_epochs=1,
-                minibatch_size=minibatch,
-                shuffle_batch_per_epoch=False,  # the draws are already random and independent
-            )
-            for result in results:
-                for module_results in result.values():
-                    module_results.pop("td_error", None)  # per-sample TD errors (no priorities here)
-            self.metrics.aggregate(results, key=LEARNER_RESULTS)
-        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+            answers = self.call_learners(_replay_round, shares, learn=learn, timesteps=timesteps)
+        if colocated:
+            self.metrics.aggregate([runner for runner, _, _ in answers], key=ENV_RUNNER_RESULTS)
+        replay = {key: sum(r[key] for _, _, r in answers) for key in ("size", "added_lifetime")}
+        self.metrics.log_dict(replay, key=REPLAY_BUFFER_RESULTS, window=1)
+        if not learn:
+            return
+        self.metrics.aggregate([results for _, results, _ in answers], key=LEARNER_RESULTS)
+        if not colocated:
+            with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+                self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+
+    def _shares(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
+        """Each learner's share of the env runners': all of them for the local learner, whole envs'
+        parts for remote ones."""
+        learners = self.config.num_learners
+        if learners == 0:
+            return [rollouts]
+        return [[part] for part in Rollout.concat_envs(rollouts).split_envs(learners)]
 
     def get_state(self, *args, **kwargs) -> dict:
-        """RLlib's state, the buffer's (see ``checkpoint_replay_buffer``) and where the schedules
-        stand: when learning starts, and when the learner last updated the target network (RLlib's
-        learner keeps that out of its state, so a restored one would update it at once)."""
+        """RLlib's state, the buffers' (every learner's shard; see ``checkpoint_replay_buffer``)
+        and where the schedules stand: when learning starts, and when the learners last updated
+        the target network (RLlib's learner keeps that out of its state, so a restored one would
+        update it at once)."""
         state = super().get_state(*args, **kwargs)
-        if self._device_buffer is not None:
-            state[REPLAY_BUFFER_STATE] = self._device_buffer.get_state(with_contents=self.config.checkpoint_replay_buffer)
+        with_contents = self.config.checkpoint_replay_buffer
+        shards = self.call_learners(_get_replay_state, with_contents=with_contents)
+        if any(shard is not None for shard in shards):
+            state[REPLAY_BUFFER_STATE] = shards
         state[SCHEDULES_STATE] = {
             "learning_starts_at": self._learning_starts_at,
-            "target_updated_at": self._target_updates().copy(),
+            "target_updated_at": self.call_learners(_get_target_updates)[0],
         }
         return state
 
-    def _target_updates(self) -> dict:
-        """The learner's env-step count of its last target update, per module (a local learner's;
-        remote learners keep theirs, which RLlib does not checkpoint: empty here)."""
-        learner = self.learner_group._learner if self.learner_group.is_local else None
-        return learner.last_update_ts_by_mid if learner is not None else {}
-
     def set_state(self, state: dict) -> None:
-        buffer_state, schedules = state.get(REPLAY_BUFFER_STATE), state.get(SCHEDULES_STATE)
+        shards, schedules = state.get(REPLAY_BUFFER_STATE), state.get(SCHEDULES_STATE)
         super().set_state({k: v for k, v in state.items() if k not in (REPLAY_BUFFER_STATE, SCHEDULES_STATE)})
         if schedules is not None:
             self._learning_starts_at = schedules["learning_starts_at"]
-            self._target_updates().update(schedules["target_updated_at"])
-        if buffer_state is not None:
-            if self._device_buffer is not None:
-                self._device_buffer.set_state(buffer_state)
-            else:
-                self._pending_buffer_state = buffer_state
-            if "columns" not in buffer_state:  # restored empty: refill it first, as a new run does
-                sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-                self._learning_starts_at = sampled + self.config.num_steps_sampled_before_learning_starts
+            self.call_learners(_set_target_updates, updates=schedules["target_updated_at"])
+        if shards is None:
+            return
+        shards = [shards] if isinstance(shards, dict) else shards  # a checkpoint from before the buffer was sharded
+        if len(shards) != max(1, self.config.num_learners):
+            raise ValueError(
+                f"the checkpoint holds {len(shards)} replay buffer shard(s), one per learner, but this run has "
+                f"num_learners={self.config.num_learners}: restore it with as many learners"
+            )
+        self.call_learners(_set_replay_state, [{"state": shard} for shard in shards])
+        if any(
+            shard is not None and "columns" not in shard for shard in shards
+        ):  # restored empty: refill first, as a new run does
+            sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+            self._learning_starts_at = sampled + self.config.num_steps_sampled_before_learning_starts
+
+
+def _replay_round(learner, **kwargs):
+    return learner.replay_round(**kwargs)
+
+
+def _get_replay_state(learner, with_contents: bool):
+    return learner.get_replay_state(with_contents)
+
+
+def _set_replay_state(learner, state: dict | None) -> None:
+    if state is not None:
+        learner.set_replay_state(state)
+
+
+def _get_target_updates(learner) -> dict:
+    return dict(learner.last_update_ts_by_mid)
+
+
+def _set_target_updates(learner, updates: dict) -> None:
+    learner.last_update_ts_by_mid.update(updates)

@@ -126,14 +126,11 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
 
     def make_env(self) -> None:
         config = self.config
-        requested = getattr(config, "env_runner_device", "auto")
-        if config.in_evaluation and getattr(config, "eval_env_runner_device", None) is not None:
-            requested = config.eval_env_runner_device
         worker = self.worker_index or 0
-        self._device = runner_device(requested, worker, config.num_gpus_per_env_runner, config)
-        # numba-cpu envs use the CPUs Ray gave a remote runner; the local runner's process all of its own.
-        threads = max(1, int(config.num_cpus_per_env_runner)) if worker else None
-        env = make_device_env(config.env, config.num_envs_per_env_runner, self._device, config.env_config, threads)
+        self._device = self._choose_device()
+        # With colocated learners the driver's runner samples nothing: one env gives the spaces.
+        num_envs = 1 if getattr(config, "colocated_learners", False) and not worker else config.num_envs_per_env_runner
+        env = make_device_env(config.env, num_envs, self._device, config.env_config, self._num_threads())
         if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
             raise ValueError(f"the device env runner needs NEXT_STEP autoreset, {env} has {env.metadata['autoreset_mode']}")
         if getattr(config, "rescale_observations", False):
@@ -148,10 +145,25 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             env.single_action_space, config.normalize_actions, config.clip_actions, self._device
         )
         # (return, length) of this runner's share of the last metrics_num_episodes_for_smoothing episodes
-        window = math.ceil(config.metrics_num_episodes_for_smoothing / max(1, config.num_env_runners))
+        window = math.ceil(config.metrics_num_episodes_for_smoothing / self._samplers())
         self._recent_episodes: collections.deque = collections.deque(maxlen=max(1, window))
         role = "evaluation env runner" if config.in_evaluation else "env runner"
         logger.info("%s %d: %d envs of %s on %s", role, worker, self.num_envs, config.env, self._device)
+
+    def _choose_device(self) -> torch.device:
+        config = self.config
+        requested = getattr(config, "env_runner_device", "auto")
+        if config.in_evaluation and getattr(config, "eval_env_runner_device", None) is not None:
+            requested = config.eval_env_runner_device
+        return runner_device(requested, self.worker_index or 0, config.num_gpus_per_env_runner, config)
+
+    def _num_threads(self) -> int | None:
+        """numba-cpu envs use the CPUs Ray gave a remote runner; the local runner's process all of its own."""
+        return max(1, int(self.config.num_cpus_per_env_runner)) if self.worker_index else None
+
+    def _samplers(self) -> int:
+        """How many runners share the training envs (the episode window and the step count are split over them)."""
+        return max(1, self.config.num_env_runners)
 
     def make_module(self) -> None:
         """RLlib's inference-only module (the actor; weight sync is RLlib's own), on the device."""
@@ -179,7 +191,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def _global_step(self) -> int:
         """Env steps sampled by all runners so far (RLlib's stock runner's estimate), for
         exploration schedules such as DQN's epsilon."""
-        runners = self.config.num_env_runners or 1
+        runners = self._samplers()
         return (self.num_env_steps_sampled_lifetime // runners) * runners
 
     def _reset(self) -> None:
@@ -359,29 +371,47 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
-        """RLlib's runner state, plus where the envs are (for exact resume, ``checkpointing.py``):
-        the env's state, the last observations, the pending-reset mask and the episode window."""
+        """RLlib's runner state, plus where the envs are (``rollout_state``)."""
         state = super().get_state(components, not_components=not_components, **kwargs)
-        wanted = self._check_component(DEVICE_ROLLOUT_STATE, components, not_components)
-        if wanted and self._obs is not None and hasattr(self.env.unwrapped, "get_state"):  # wrappers hold no state
-            state[DEVICE_ROLLOUT_STATE] = {
-                "env": self.env.unwrapped.get_state(),
-                "obs": self._obs.cpu().clone(),
-                "prev_done": self._prev_done.cpu().clone(),
-                "recent_episodes": list(self._recent_episodes),
-            }
+        if self._check_component(DEVICE_ROLLOUT_STATE, components, not_components):
+            rollout_state = self.rollout_state()
+            if rollout_state is not None:
+                state[DEVICE_ROLLOUT_STATE] = rollout_state
         return state
+
+    def rollout_state(self) -> dict | None:
+        """Where the envs are, for exact resume (``checkpointing.py``): the env's state, the last
+        observations, the pending-reset mask and the episode window; None before the first rollout."""
+        if self._obs is None or not hasattr(self.env.unwrapped, "get_state"):  # wrappers hold no state
+            return None
+        return {
+            "env": self.env.unwrapped.get_state(),
+            "obs": self._obs.cpu().clone(),
+            "prev_done": self._prev_done.cpu().clone(),
+            "recent_episodes": list(self._recent_episodes),
+        }
 
     def set_state(self, state: dict) -> None:
         super().set_state({k: v for k, v in state.items() if k != DEVICE_ROLLOUT_STATE})
         saved = state.get(DEVICE_ROLLOUT_STATE)
-        # An evaluation runner synced from the training runner keeps its own envs' positions.
-        if saved is not None and getattr(self, "env", None) is not None and not self.config.in_evaluation:
-            self.env.unwrapped.set_state(saved["env"])
-            self._obs = saved["obs"].to(self._device)
-            self._prev_done = saved["prev_done"].to(self._device)
-            self._recent_episodes.clear()
-            self._recent_episodes.extend(saved["recent_episodes"])
+        # An evaluation runner synced from the training runner keeps its own envs' positions, and
+        # with colocated learners the driver's runner has none to take.
+        driver_of_colocated = getattr(self.config, "colocated_learners", False) and not self.worker_index
+        if (
+            saved is not None
+            and getattr(self, "env", None) is not None
+            and not self.config.in_evaluation
+            and not driver_of_colocated
+        ):
+            self.set_rollout_state(saved)
+
+    def set_rollout_state(self, saved: dict) -> None:
+        """Put the envs where ``rollout_state()`` found them (same env and number of envs)."""
+        self.env.unwrapped.set_state(saved["env"])
+        self._obs = saved["obs"].to(self._device)
+        self._prev_done = saved["prev_done"].to(self._device)
+        self._recent_episodes.clear()
+        self._recent_episodes.extend(saved["recent_episodes"])
 
     # ------------------------------------------------------------------ metrics
     def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, windowed: bool = True) -> None:

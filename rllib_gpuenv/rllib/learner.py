@@ -1,6 +1,6 @@
 """``DevicePPOTorchLearner``: RLlib's PPO learner, fed rollouts, with a cheaper optimizer step.
 
-The loss, the minibatch loop and the metrics are RLlib's own (``PPOTorchLearner``). Two
+The loss, the minibatch loop and the metrics are RLlib's own (``PPOTorchLearner``). Three
 additions:
 
 * **Advantages on the learner.** ``DevicePPO`` hands the learner rollouts (``rollout.py``),
@@ -13,6 +13,12 @@ additions:
   of dozens on a GPU; benchmarks/RESULTS.md, "Reward vs wall time", has the CPU figures). RLlib tests every
   gradient tensor for NaN/inf twice, one host sync per tensor; here one check covers all of
   them, and only when it fails does RLlib's own handling (warn, zero the NaNs) run.
+* **Envs of its own** when the learners are colocated with their envs (``colocated.py``): it
+  samples them, computes their advantages and updates, its gradients all-reduced with the
+  other learners' (``sample_and_update``).
+
+Its state holds PPO's adaptive KL coefficient besides RLlib's (module, optimizer), which RLlib's
+learner leaves out: a restored run goes on with the coefficient it had, not ``kl_coeff``.
 """
 
 from __future__ import annotations
@@ -24,10 +30,34 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
+from rllib_gpuenv.rllib.colocated import ColocatedEnvs
 from rllib_gpuenv.rllib.gae import compute_gae
+from rllib_gpuenv.rllib.rollout import Rollout
 
 ADVANTAGES = "advantages"
 VALUE_TARGETS = "value_targets"
+KL_COEFFS = "kl_coeffs"
+
+
+def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
+    """A rollout as rows, env-major (row ``i * T + t`` is env ``i``'s step ``t``), so that a
+    learner can rebuild each env's trajectory for GAE from any whole-env shard."""
+
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(0, 1).reshape(-1, *x.shape[2:])
+
+    columns = {
+        Columns.OBS: rows(rollout.obs),
+        Columns.NEXT_OBS: rows(rollout.next_obs()),
+        Columns.ACTIONS: rows(rollout.actions),
+        Columns.ACTION_LOGP: rows(rollout.logp),
+        Columns.ACTION_DIST_INPUTS: rows(rollout.dist_inputs),
+        Columns.REWARDS: rows(rollout.rewards),
+        Columns.TERMINATEDS: rows(rollout.terminated),
+        Columns.TRUNCATEDS: rows(rollout.truncated),
+        Columns.LOSS_MASK: rows(rollout.valid),
+    }
+    return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=rollout.num_env_steps)
 
 
 class FusedAdamLearnerMixin:
@@ -55,8 +85,17 @@ class FusedAdamLearnerMixin:
                 self.get_optimizer(module_id, optimizer_name).step()
 
 
-class DevicePPOTorchLearner(FusedAdamLearnerMixin, PPOTorchLearner):
-    """``PPOTorchLearner`` that computes values and advantages of rollouts itself."""
+class DevicePPOTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, PPOTorchLearner):
+    """``PPOTorchLearner`` that computes values and advantages of rollouts itself, and samples
+    its own envs when colocated with them."""
+
+    def sample_and_update(self, **update_kwargs) -> tuple[dict, dict]:
+        """One colocated step: a rollout of this learner's envs, then ``update`` on it (the
+        gradients all-reduced with the other learners'). Returns the envs' and the update's metrics."""
+        envs = self.colocated_envs()
+        rollout = envs.sample()
+        runner_metrics = envs.get_metrics()
+        return runner_metrics, self.update(batch=rollout_batch(rollout), rollout_length=rollout.length, **update_kwargs)
 
     def update(self, batch=None, *, training_data: TrainingData | None = None, rollout_length: int | None = None, **kwargs):
         """RLlib's update; with ``rollout_length``, the batch holds env-major rollout rows (see
@@ -71,7 +110,7 @@ class DevicePPOTorchLearner(FusedAdamLearnerMixin, PPOTorchLearner):
         columns = batch.policy_batches[DEFAULT_MODULE_ID]
         config = self.config.get_config_for_module(DEFAULT_MODULE_ID)
         tensors = {k: torch.as_tensor(v).to(self._device) for k, v in columns.items()}
-        module = self.module[DEFAULT_MODULE_ID]
+        module = self.module[DEFAULT_MODULE_ID].unwrapped()  # under DDP (num_learners > 1) the module inside
         n = len(tensors[Columns.OBS]) // T
         obs = tensors[Columns.OBS]
         last_obs = tensors[Columns.NEXT_OBS].reshape(n, T, *obs.shape[1:])[:, -1]
@@ -95,3 +134,14 @@ class DevicePPOTorchLearner(FusedAdamLearnerMixin, PPOTorchLearner):
         tensors[VALUE_TARGETS] = targets.T.reshape(-1)
         del tensors[Columns.NEXT_OBS], tensors[Columns.REWARDS], tensors[Columns.TERMINATEDS], tensors[Columns.TRUNCATEDS]
         return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(tensors)}, env_steps=batch.env_steps())
+
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if self._check_component(KL_COEFFS, components, not_components):
+            state[KL_COEFFS] = {mid: float(coeff) for mid, coeff in self.curr_kl_coeffs_per_module.items()}
+        return state
+
+    def set_state(self, state: dict) -> None:
+        super().set_state({k: v for k, v in state.items() if k != KL_COEFFS})
+        for mid, coeff in state.get(KL_COEFFS, {}).items():
+            self.curr_kl_coeffs_per_module[mid].data.fill_(coeff)

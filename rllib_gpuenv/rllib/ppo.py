@@ -6,15 +6,17 @@ step hands them to the learners flattened env-major; the learner computes values
 pass and GAE on its device (``DevicePPOTorchLearner``), then runs RLlib's own PPO update (loss,
 epochs, minibatches). Weight sync is RLlib's (the actor only). When runner and learner share a
 device nothing is copied; remote runners' rollouts travel through Ray as usual.
+
+With colocated learners (``num_learners >= 1`` and no env runners, ``colocated.py``) each
+learner samples its own envs and updates on them, its gradients all-reduced with the others':
+the training step asks every learner for one such step and gathers their metrics. Nothing but
+metrics reaches the driver, and no weights are synced (the learners sample with what they train).
 """
 
 from __future__ import annotations
 
-import torch
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
-from ray.rllib.core import ALL_MODULES, DEFAULT_MODULE_ID
-from ray.rllib.core.columns import Columns
-from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.core import ALL_MODULES
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     ENV_RUNNER_SAMPLING_TIMER,
@@ -27,7 +29,9 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_gpuenv.rllib.checkpointing import ResumesExactly
+from rllib_gpuenv.rllib.colocated import LearnerCalls
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
+from rllib_gpuenv.rllib.learner import rollout_batch
 from rllib_gpuenv.rllib.resources import ChecksResources
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.sampling import sample_rollouts
@@ -36,9 +40,11 @@ from rllib_gpuenv.rllib.sampling import sample_rollouts
 class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
     """PPO with ``DeviceEnvRunner``; the train batch follows from the rollout shape.
 
-    ``train_batch_size_per_learner = rollout_length × num_envs_per_env_runner ×
-    max(1, num_env_runners) / max(1, num_learners)``, set for you; setting another value, or
-    a minibatch size that does not divide it, is an error that says what would fit.
+    ``train_batch_size_per_learner`` is set for you: ``rollout_length × num_envs_per_env_runner``
+    with colocated learners (each trains on its own envs), else the env runners' batch
+    ``rollout_length × num_envs_per_env_runner × max(1, num_env_runners)`` over
+    ``max(1, num_learners)``. Setting another value, or a minibatch size that does not divide
+    it, is an error that says what would fit.
     """
 
     def __init__(self, algo_class=None):
@@ -61,22 +67,27 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
         super().validate()
 
     def _derive_train_batch_size(self) -> None:
-        learners = max(1, self.num_learners)
-        total = self.device_batch_size
-        if self.num_envs_per_env_runner * max(1, self.num_env_runners) % learners:
-            raise ValueError(
-                f"num_envs_per_env_runner × runners = {self.num_envs_per_env_runner * max(1, self.num_env_runners)} "
-                f"envs do not "
-                f"split over {learners} learners (each learner takes whole envs' rollouts): make it a multiple of {learners}"
+        if self.colocated_learners:
+            expected = self.rollout_length * self.num_envs_per_env_runner
+            shape = f"rollout_length={self.rollout_length} × num_envs_per_env_runner={self.num_envs_per_env_runner} (its own)"
+        else:
+            learners, envs = max(1, self.num_learners), self.num_envs_per_env_runner * max(1, self.num_env_runners)
+            if envs % learners:
+                raise ValueError(
+                    f"num_envs_per_env_runner × runners = {envs} envs do not split over {learners} learners "
+                    f"(each learner takes whole envs' rollouts): make it a multiple of {learners}"
+                )
+            expected = self.device_batch_size // learners
+            shape = (
+                f"rollout_length={self.rollout_length} × num_envs_per_env_runner={self.num_envs_per_env_runner} × "
+                f"{max(1, self.num_env_runners)} runner(s) / {learners} learner(s)"
             )
-        expected = total // learners
         if self._train_batch_size_per_learner in (None, self._derived_train_batch_size):
             self._train_batch_size_per_learner = self._derived_train_batch_size = expected
         elif self._train_batch_size_per_learner != expected:
             raise ValueError(
-                f"train_batch_size_per_learner={self.train_batch_size_per_learner}, but each iteration collects "
-                f"rollout_length={self.rollout_length} × num_envs_per_env_runner={self.num_envs_per_env_runner} × "
-                f"{max(1, self.num_env_runners)} runner(s) = {total} env steps: leave it unset, or change those"
+                f"train_batch_size_per_learner={self.train_batch_size_per_learner}, but each learner trains on "
+                f"{shape} = {expected} env steps: leave it unset, or change those"
             )
         if self.minibatch_size is None or expected % self.minibatch_size:
             raise ValueError(
@@ -85,43 +96,17 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
             )
 
 
-def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
-    """A rollout as rows, env-major (row ``i * T + t`` is env ``i``'s step ``t``), so that a
-    learner can rebuild each env's trajectory for GAE from any whole-env shard."""
-
-    def rows(x: torch.Tensor) -> torch.Tensor:
-        return x.transpose(0, 1).reshape(-1, *x.shape[2:])
-
-    columns = {
-        Columns.OBS: rows(rollout.obs),
-        Columns.NEXT_OBS: rows(rollout.next_obs()),
-        Columns.ACTIONS: rows(rollout.actions),
-        Columns.ACTION_LOGP: rows(rollout.logp),
-        Columns.ACTION_DIST_INPUTS: rows(rollout.dist_inputs),
-        Columns.REWARDS: rows(rollout.rewards),
-        Columns.TERMINATEDS: rows(rollout.terminated),
-        Columns.TRUNCATEDS: rows(rollout.truncated),
-        Columns.LOSS_MASK: rows(rollout.valid),
-    }
-    return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=rollout.num_env_steps)
-
-
-def split_envs(rollout: Rollout, parts: int) -> list[Rollout]:
-    """``parts`` rollouts of whole envs (one per remote learner)."""
-    fields = ("obs", "actions", "logp", "dist_inputs", "rewards", "terminated", "truncated", "valid")
-    chunks = {name: torch.chunk(getattr(rollout, name), parts, dim=1) for name in fields}
-    last = torch.chunk(rollout.last_obs, parts, dim=0)
-    return [Rollout(**{name: chunks[name][i] for name in fields}, last_obs=last[i]) for i in range(parts)]
-
-
-class DevicePPO(ResumesExactly, ChecksResources, PPO):
-    """RLlib PPO whose training step consumes the device env runners' rollouts."""
+class DevicePPO(LearnerCalls, ResumesExactly, ChecksResources, PPO):
+    """RLlib PPO whose training step consumes device rollouts: the env runners', or with
+    colocated learners each learner's own."""
 
     @classmethod
     def get_default_config(cls) -> DevicePPOConfig:
         return DevicePPOConfig()
 
     def training_step(self) -> None:
+        if self.config.colocated_learners:
+            return self._colocated_step()
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             rollouts, runner_metrics = sample_rollouts(self.env_runner_group, self.config.sample_timeout_s)
             if not rollouts:
@@ -135,25 +120,41 @@ class DevicePPO(ResumesExactly, ChecksResources, PPO):
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
 
+    def _colocated_step(self) -> None:
+        """Every learner samples its envs and updates on them at once (sampling and update are one timer here)."""
+        sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            answers = self.call_learners(
+                _sample_and_update, **self._update_settings(sampled_lifetime=sampled + self.config.device_batch_size)
+            )
+        self.metrics.aggregate([runner for runner, _ in answers], key=ENV_RUNNER_RESULTS)
+        self.metrics.aggregate([learner for _, learner in answers], key=LEARNER_RESULTS)
+
     def update_learners(self, rollout: Rollout) -> list:
         """RLlib's PPO update (its loss, epochs and minibatches) on one rollout: the local
         learner takes it whole, remote learners a share of its envs each."""
         learners = self.config.num_learners
-        data = (
-            {"batch": rollout_batch(rollout)}
-            if learners <= 1
-            else {"batches": [rollout_batch(r) for r in split_envs(rollout, learners)]}
-        )
-        return self.learner_group.update(
-            **data,
-            rollout_length=rollout.length,
-            timesteps={
-                NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)),
+        if learners <= 1:
+            data = {"batch": rollout_batch(rollout)}
+        else:
+            data = {"batches": [rollout_batch(r) for r in rollout.split_envs(learners)]}
+        sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME))
+        return self.learner_group.update(**data, rollout_length=rollout.length, **self._update_settings(sampled))
+
+    def _update_settings(self, sampled_lifetime: int) -> dict:
+        """What every PPO update is told: the counts its schedules follow, epochs, minibatches."""
+        return {
+            "timesteps": {
+                NUM_ENV_STEPS_SAMPLED_LIFETIME: sampled_lifetime,
                 NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
                     (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), default=0
                 ),
             },
-            num_epochs=self.config.num_epochs,
-            minibatch_size=self.config.minibatch_size,
-            shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
-        )
+            "num_epochs": self.config.num_epochs,
+            "minibatch_size": self.config.minibatch_size,
+            "shuffle_batch_per_epoch": self.config.shuffle_batch_per_epoch,
+        }
+
+
+def _sample_and_update(learner, **update_settings):
+    return learner.sample_and_update(**update_settings)

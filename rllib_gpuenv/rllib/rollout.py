@@ -69,6 +69,14 @@ class Rollout:
             }
         )
 
+    def split_envs(self, parts: int) -> list[Rollout]:
+        """``parts`` rollouts of whole envs (one per learner), in env order; ``parts`` divides ``num_envs``."""
+        chunks = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            chunks[f.name] = (None,) * parts if value is None else torch.chunk(value, parts, dim=_env_dim(f.name))
+        return [Rollout(**{name: chunks[name][i] for name in chunks}) for i in range(parts)]
+
     @staticmethod
     def concat_envs(rollouts: list[Rollout]) -> Rollout:
         """Rollouts of the same length from several runners side by side: ``(T, sum N, ...)``."""
@@ -77,5 +85,10 @@ class Rollout:
         values = {}
         for f in dataclasses.fields(Rollout):
             parts = [getattr(r, f.name) for r in rollouts]
-            values[f.name] = None if parts[0] is None else torch.cat(parts, dim=0 if f.name == "last_obs" else 1)
+            values[f.name] = None if parts[0] is None else torch.cat(parts, dim=_env_dim(f.name))
         return Rollout(**values)
+
+
+def _env_dim(field: str) -> int:
+    """The env dimension of a ``Rollout`` field: ``last_obs`` is ``(N, ...)``, the rest ``(T, N, ...)``."""
+    return 0 if field == "last_obs" else 1

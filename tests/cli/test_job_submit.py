@@ -18,24 +18,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, free_port
 
 SECTION = "### On a cluster: `ray job submit`"
 NOT_READY = ("No available agent to submit job", "Connection refused", "Failed to connect", "Cannot connect")
 HANG_GUARD_S = 900
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def readme_recipe() -> dict[str, str]:

@@ -88,7 +88,7 @@ def test_remote_runners_train_and_checkpoints_restore(tmp_path, with_buffer):
         assert [steps_sampled(r) for r in results] == [128, 256, 384]  # both remote runners' rollouts
         trained = results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"]
         assert trained > 0
-        buffer = algo._device_buffer
+        buffer = algo.learner_group._learner._replay
         saved = {name: column[: buffer.size].clone() for name, column in buffer.columns.items()}
         saved_size, saved_added = buffer.size, buffer.added
         target_updated_at = dict(algo.learner_group._learner.last_update_ts_by_mid)
@@ -100,7 +100,7 @@ def test_remote_runners_train_and_checkpoints_restore(tmp_path, with_buffer):
     try:
         assert restored.learner_group._learner.last_update_ts_by_mid == target_updated_at  # RLlib's learner forgets it
         result = restored.train()
-        buffer = restored._device_buffer
+        buffer = restored.learner_group._learner._replay
         new = buffer.added - saved_added
         assert steps_sampled(result) == 512 and 0 < new <= 128
         trained_after = result.get("learners", {}).get("default_policy", {}).get("num_module_steps_trained_lifetime", trained)

@@ -118,7 +118,7 @@ def test_rollout_rows_are_what_the_env_did(ray_local):
 def test_ppo_advantages_bootstrap_at_truncations_only(ray_local):
     """The learner's GAE equals GAE on the rollout with the learner's own values: a termination
     does not bootstrap, a truncation does, from its final observation's value."""
-    from rllib_gpuenv.rllib.ppo import rollout_batch
+    from rllib_gpuenv.rllib.learner import rollout_batch
 
     algo = scripted_algo(gamma=0.9, lambda_=0.8)
     try:
@@ -185,7 +185,7 @@ def test_dqn_on_the_device_runner_learns_and_its_buffer_is_on_the_learner_device
     try:
         for _ in range(5):
             result = algo.train()
-        buffer = algo._device_buffer
+        buffer = algo.learner_group._learner._replay
         assert buffer.added == 5 * 32 - 0 or buffer.added > 0
         assert buffer.columns["obs"].device == torch.device(algo.learner_group._learner._device)
         assert result["learners"]["default_policy"]["num_module_steps_trained"] > 0

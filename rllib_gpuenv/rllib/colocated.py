@@ -1,0 +1,169 @@
+"""Colocated learners: each learner actor steps its own envs on its own device (DD-PPO's layout).
+
+With ``num_learners=N`` and no env runners, RLlib's ``LearnerGroup`` starts N learner actors,
+each on the GPU Ray gives it (or a CPU share), their modules wrapped in DDP so that every
+gradient is all-reduced (NCCL on GPUs, gloo on CPUs). Here each of them also holds a device env
+runner's worth of envs (``num_envs_per_env_runner``) on its own device and samples them with its
+own module: rollouts, advantages and replay transitions never leave the learner's device; only
+gradients (all-reduce) and metrics (to the driver) cross processes. That is how GPU-env training
+scales past one device elsewhere (Isaac Lab with rl_games or rsl_rl: one process per GPU; RLlib's
+old DD-PPO); RLlib's new API stack has no such layout of its own.
+
+* ``LearnerEnvRunner``: the device env runner inside a learner, sampling with the learner's
+  module (no copy of the weights, no weight sync) on the learner's device.
+* ``ColocatedEnvs``: what a learner adds to own its envs (built on first use, seeded per learner,
+  their state in checkpoints together with the learner process's random generators).
+* ``LearnerCalls``: what an algorithm adds to call its learners, each with its own arguments,
+  to fail naming the learner that died rather than wait on the others (they would block in
+  their next all-reduce), and to keep every learner's envs in its checkpoints.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import ray
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from rllib_gpuenv.rllib.checkpointing import random_generator_states, set_random_generator_states
+from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
+
+logger = logging.getLogger(__name__)
+
+COLOCATED_STATE = "colocated_learners"
+POLL_S = 2.0  # how often the driver looks for a dead learner while the others work
+
+
+class LearnerDiedError(RuntimeError):
+    """A learner actor died during a training step: the run cannot go on without its envs and gradients."""
+
+
+class LearnerEnvRunner(DeviceEnvRunner):
+    """A ``DeviceEnvRunner`` inside a learner: the learner's module and device, its CPU share."""
+
+    def __init__(self, *, module, device: torch.device, num_threads: int | None, **kwargs):
+        self._given_module, self._given_device, self._given_threads = module, device, num_threads
+        super().__init__(**kwargs)
+
+    def _choose_device(self) -> torch.device:
+        return self._given_device
+
+    def _num_threads(self) -> int | None:
+        return self._given_threads
+
+    def _samplers(self) -> int:
+        return max(1, self.config.num_learners)
+
+    def make_module(self) -> None:
+        self.module = self._given_module  # the learner's own (DDP's inner module): sampled with as it trains
+
+
+class ColocatedEnvs:
+    """Mixin for a torch ``Learner`` of the device algorithms: its own envs, for the colocated layout.
+
+    The envs are built on first use, on the learner's device, seeded as env runner
+    ``learner index + 1`` (so that no two learners, nor the driver's runner, play the same
+    episodes).
+    """
+
+    _envs: LearnerEnvRunner | None = None
+
+    def colocated_envs(self) -> LearnerEnvRunner:
+        if self._envs is None:
+            cpus = self.config.num_cpus_per_learner
+            threads = None if cpus == "auto" else max(1, int(cpus))
+            self._envs = LearnerEnvRunner(
+                config=self.config,
+                worker_index=self._learner_index + 1,
+                num_workers=max(1, self.config.num_learners),
+                module=self.module[DEFAULT_MODULE_ID].unwrapped(),
+                device=torch.device(self._device),
+                num_threads=threads,
+            )
+        return self._envs
+
+    def get_colocated_state(self) -> dict:
+        """This learner's part of a checkpoint: its envs' state and its process's random generators."""
+        return {"envs": self.colocated_envs().rollout_state(), "random_generators": random_generator_states()}
+
+    def set_colocated_state(self, state: dict) -> None:
+        if state.get("envs") is not None:
+            self.colocated_envs().set_rollout_state(state["envs"])
+        set_random_generator_states(state["random_generators"])
+
+
+class LearnerCalls:
+    """Mixin for an ``Algorithm``: call every learner (local or remote) with arguments of its own,
+    and, with colocated learners, keep each learner's envs and random generators in checkpoints
+    (they resume exactly, as ``ResumesExactly`` does for one process)."""
+
+    def call_learners(self, func, per_learner: list[dict] | None = None, **kwargs) -> list:
+        """``func(learner, **kwargs, **per_learner[i])`` on every learner; their results in order.
+
+        A remote learner that dies is a ``LearnerDiedError`` naming it, raised as soon as it is
+        seen: the others would wait for it in their next all-reduce.
+        """
+        group = self.learner_group
+        if group.is_local:
+            return [func(group._learner, **kwargs, **(per_learner or [{}])[0])]
+        # RLlib's LearnerGroup calls every learner with the same arguments; its actors take any callable.
+        workers = group._workers
+        pending = {
+            worker.apply.remote(functools.partial(func, **kwargs, **(per_learner[i] if per_learner else {}))): i
+            for i, worker in enumerate(workers)
+        }
+        results: dict[int, object] = {}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                index = pending.pop(ref)
+                try:
+                    results[index] = ray.get(ref)
+                except ray.exceptions.RayActorError as err:
+                    raise LearnerDiedError(
+                        f"learner {index} of {len(workers)} died during the training step ({type(err).__name__}: "
+                        f"{' '.join(str(err).split())[:300]}); the others cannot go on without its envs and gradients: "
+                        "restore the run from its last checkpoint"
+                    ) from None
+        return [results[i] for i in range(len(workers))]
+
+    def get_state(self, *args, **kwargs) -> dict:
+        state = super().get_state(*args, **kwargs)
+        if self.config.colocated_learners:
+            state[COLOCATED_STATE] = self.call_learners(_get_colocated_state)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        saved = state.get(COLOCATED_STATE)
+        super().set_state({k: v for k, v in state.items() if k != COLOCATED_STATE})
+        if saved is None or not self.config.colocated_learners:
+            return
+        if len(saved) != self.config.num_learners:
+            raise ValueError(
+                f"the checkpoint holds the envs of {len(saved)} colocated learner(s), but this run has num_learners="
+                f"{self.config.num_learners}: restore it with num_learners={len(saved)}"
+            )
+        if getattr(self, "_restoring", False):
+            self._restored_learner_states = saved  # applied last, as the random generators of this process
+        else:
+            self.call_learners(_set_colocated_state, [{"state": s} for s in saved])
+
+    def restore_from_path(self, path, *args, **kwargs):
+        self._restoring, self._restored_learner_states = True, None
+        try:
+            result = super().restore_from_path(path, *args, **kwargs)
+        finally:
+            self._restoring = False
+        if self._restored_learner_states is not None:
+            self.call_learners(_set_colocated_state, [{"state": s} for s in self._restored_learner_states])
+        return result
+
+
+def _get_colocated_state(learner) -> dict:
+    return learner.get_colocated_state()
+
+
+def _set_colocated_state(learner, state: dict) -> None:
+    learner.set_colocated_state(state)

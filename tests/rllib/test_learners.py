@@ -1,0 +1,193 @@
+"""Several learners (real Ray, real torch.distributed over gloo): colocated with their envs, each
+stepping its own on its own device, and the separate layout with 2 learners fed by env runners."""
+
+import os
+import signal
+
+import pytest
+import ray
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPO, DevicePPOConfig
+from rllib_gpuenv.rllib.dqn import DeviceDQN
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    # Logical CPUs: the driver, 2 learners and (separate layout) 2 env runners, on this 2-core machine.
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def ppo(num_learners: int = 2, **env_runners):
+    return (
+        DevicePPOConfig()
+        .environment("GPUCartPole-v1")
+        .env_runners(num_envs_per_env_runner=16, **env_runners)
+        .device_rollouts(rollout_length=16, device="cpu")
+        .training(lr=1e-3, num_epochs=2, minibatch_size=128)
+        .learners(num_learners=num_learners)
+        .debugging(seed=0)
+    )
+
+
+def dqn(num_learners: int = 2, **env_runners):
+    return (
+        DeviceDQNConfig()
+        .environment("GPUCartPole-v1")
+        .env_runners(num_envs_per_env_runner=8, **env_runners)
+        .device_rollouts(rollout_length=8, device="cpu")
+        .training(
+            num_steps_sampled_before_learning_starts=128,
+            target_network_update_freq=256,
+            replay_buffer_config={"capacity": 1000},
+        )
+        .reporting(min_sample_timesteps_per_iteration=0)
+        .learners(num_learners=num_learners)
+        .debugging(seed=0)
+    )
+
+
+def _weights(learner) -> dict:
+    return {k: v.detach().cpu().clone() for k, v in learner.module[DEFAULT_MODULE_ID].unwrapped().state_dict().items()}
+
+
+def _env_state(learner) -> torch.Tensor:
+    return learner.colocated_envs().env.unwrapped.state
+
+
+def _window(learner) -> list:
+    return list(learner.colocated_envs()._recent_episodes)
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_colocated_ppo_learners_step_their_own_envs_and_train_in_step():
+    algo = ppo().build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        # each learner samples 16 envs x 16 steps per iteration; the driver's runner none
+        assert [r["env_runners"]["num_env_steps_sampled"] for r in results] == [512] * 3
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 1536
+        assert algo.env_runner.num_envs == 1  # only for the spaces
+        first, second = algo.call_learners(_weights)
+        assert same_weights(first, second)  # DDP keeps them identical
+        assert not same_weights(first, _weights(ppo(num_learners=0).build_algo().learner_group._learner))
+        states = algo.call_learners(_env_state)
+        assert not torch.equal(states[0], states[1])  # seeded apart: their own episodes
+        episodes = [e for window in algo.call_learners(_window) for e in window]
+        runners = results[-1]["env_runners"]
+        assert runners["episode_return_max"] == max(r for r, _ in episodes)  # metrics cover every learner's envs
+        assert runners["episode_return_min"] == min(r for r, _ in episodes)
+    finally:
+        algo.stop()
+
+
+def test_colocated_learners_resume_exactly_with_rllibs_default_kl_loss(tmp_path):
+    config = ppo()
+    assert config.use_kl_loss  # RLlib's default: the adaptive KL coefficient is learner state
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            algo.train()
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+        algo.train()
+        went_on = algo.call_learners(_weights), algo.call_learners(_env_state), algo.call_learners(_kl_coeff)
+    finally:
+        algo.stop()
+    restored = DevicePPO.from_checkpoint(path)
+    try:
+        restored.train()
+        resumed = restored.call_learners(_weights), restored.call_learners(_env_state), restored.call_learners(_kl_coeff)
+    finally:
+        restored.stop()
+    for a, b in zip(went_on[0], resumed[0]):
+        assert same_weights(a, b)
+    for a, b in zip(went_on[1], resumed[1]):
+        assert torch.equal(a, b)
+    assert went_on[2] == resumed[2] and went_on[2][0] != config.kl_coeff
+
+
+def _kl_coeff(learner) -> float:
+    return float(learner.curr_kl_coeffs_per_module[DEFAULT_MODULE_ID])
+
+
+def _shard(learner) -> tuple:
+    replay = learner._replay
+    return replay.capacity, replay.size, {k: v[: replay.size].clone() for k, v in replay.columns.items()}
+
+
+def test_colocated_dqn_learners_fill_their_own_replay_shards_and_restore_them(tmp_path):
+    config = dqn().device_replay(checkpoint_replay_buffer=True)
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(4)]  # 128 env steps a round: learning starts in the first
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 512
+        shards = algo.call_learners(_shard)
+        assert [capacity for capacity, _, _ in shards] == [500, 500]  # capacity 1000 over 2 learners
+        assert results[-1]["replay_buffer"]["size"] == sum(size for _, size, _ in shards) > 0
+        assert not torch.equal(shards[0][2]["obs"][:10], shards[1][2]["obs"][:10])  # each from its own envs
+        weights = algo.call_learners(_weights)
+        assert same_weights(*weights)
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"] > 0
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+    finally:
+        algo.stop()
+    restored = DeviceDQN.from_checkpoint(path)
+    try:
+        restored.train()  # a shard is made (and takes its restored transitions) on its first add
+        for (_, size, columns), (_, size_back, columns_back) in zip(shards, restored.call_learners(_shard)):
+            assert size < size_back <= size + 64  # one round of 8 envs x 8 steps, reset rows left out
+            assert all(torch.equal(columns[k], columns_back[k][:size]) for k in columns)
+    finally:
+        restored.stop()
+
+
+@pytest.mark.parametrize("make", [ppo, dqn], ids=["DevicePPO", "DeviceDQN"])
+def test_separate_layout_feeds_two_learners_from_remote_env_runners(make):
+    algo = make(num_learners=2, num_env_runners=2).build_algo()
+    try:
+        assert not algo.config.colocated_learners
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"] > 0
+        assert same_weights(*algo.call_learners(_weights))
+    finally:
+        algo.stop()
+
+
+def test_a_learner_that_dies_is_an_error_naming_it():
+    algo = ppo().build_algo()
+    try:
+        algo.train()
+        _, pid = algo.call_learners(lambda learner: os.getpid())
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(Exception, match=r"learner 1 of 2 died during the training step"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (ppo(num_env_runners=1).device_rollouts(layout="colocated"), "layout='colocated' puts the envs in the learners"),
+        (ppo().device_rollouts(layout="sideways"), "layout must be one of 'auto', 'colocated', 'separate'"),
+        (ppo().devices(learner="cuda:1"), r"Ray chooses each remote learner's GPU: .* num_gpus_per_learner=1"),
+        (ppo(num_env_runners=1).env_runners(num_envs_per_env_runner=15), "15 envs do not split over 2 learners"),
+        (dqn(num_env_runners=1).env_runners(num_envs_per_env_runner=7), "7 envs do not split over 2 learners"),
+    ],
+)
+def test_layout_mistakes_are_named_before_anything_starts(config, message):
+    with pytest.raises(ValueError, match=message):
+        config.validate()
+
+
+def test_on_a_machine_without_a_gpu_learner_settings_give_no_gpu_advice():
+    """DeviceDQN's default learner device is "auto": with remote learners that is what Ray gives them."""
+    for config in (dqn(), dqn().devices(learner="cpu"), ppo().devices(learner="auto")):
+        config.validate()
+        assert config.num_gpus_per_learner == 0
