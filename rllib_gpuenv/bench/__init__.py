@@ -21,4 +21,9 @@ BENCHMARKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "training": ("training", "reward vs wall time, side by side: our device path, stock RLlib, SB3 (PPO or DQN)", ()),
     "breakdown": ("breakdown", "where the time of a training iteration goes, device path (vs stock runner for PPO)", ()),
+    "learners": (
+        "learners",
+        "one learner against several: env-steps/s and time to target, colocated and separate layouts",
+        (),
+    ),
 }

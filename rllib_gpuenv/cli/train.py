@@ -90,6 +90,13 @@ def _stop_reached(result: dict, stop: dict) -> bool:
 
 
 def _devices(algo) -> str:
+    config = algo.config
+    if getattr(config, "colocated_learners", False):
+        devices = sorted(set(algo.call_learners(_learner_device)))
+        return (
+            f"{config.num_learners} learners, each stepping its own {config.num_envs_per_env_runner} envs "
+            f"(on {', '.join(devices)}), gradients all-reduced"
+        )
     runner = algo.env_runner
     learner = algo.learner_group._learner._device if algo.learner_group.is_local else "remote learners"
     backend = getattr(getattr(runner, "env", None), "backend", None)
@@ -100,6 +107,10 @@ def _devices(algo) -> str:
     )
 
 
+def _learner_device(learner) -> str:
+    return str(learner._device)
+
+
 def train(
     config_file=DEFAULT_CONFIG_FILE,
     device: str | None = None,
@@ -108,13 +119,21 @@ def train(
     max_iterations: int | None = None,
     storage_path: str = DEFAULT_STORAGE_PATH,
     progress_bar: bool | None = None,
+    num_learners: int | None = None,
 ) -> TrainingRun:
     """Train until the stop criteria (the target return, the iteration limit); log every
-    iteration; save a checkpoint. Returns where the results are."""
+    iteration; save a checkpoint. Returns where the results are. ``num_learners``: that many
+    learners, each stepping the file's envs per env runner on its own device (a GPU each where
+    ``device`` is a GPU), their gradients all-reduced."""
     import ray
 
     experiment = load_config(config_file, device=device, seed=seed)
     name, config = experiment.name, experiment.config
+    if num_learners:
+        from rllib_gpuenv.core.devices import resolve_device
+
+        on_gpu = resolve_device(device or "auto").type == "cuda"
+        config.devices(learner=None).learners(num_learners=num_learners, num_gpus_per_learner=1 if on_gpu else 0)
     stop = dict(experiment.stop)
     if target is not None:
         stop[RETURN_METRIC] = target
@@ -191,6 +210,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="show the progress bar (default: only when stderr is a terminal)",
     )
-    parser.set_defaults(
-        func=lambda a: train(a.config_file, a.device, a.seed, a.target, a.max_iterations, a.storage_path, a.progress_bar) and 0
+    parser.add_argument(
+        "--num-learners",
+        type=int,
+        help="that many learners (Ray actors), each stepping the file's envs on its own device (a GPU each where the "
+        "device is a GPU), gradients all-reduced (default: the file's, one learner in this process)",
     )
+    parser.set_defaults(func=_command)
+
+
+def _command(args) -> int:
+    train(args.config_file, args.device, args.seed, args.target, args.max_iterations, args.storage_path, args.progress_bar,
+          args.num_learners)  # fmt: skip
+    return 0

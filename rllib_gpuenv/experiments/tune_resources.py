@@ -1,4 +1,4 @@
-"""Let Ray Tune choose the resources: GPUs and envs per env runner, runners, learner GPUs.
+"""Let Ray Tune choose the resources: GPUs and envs per env runner, runners, learners and their GPUs.
 
 Each candidate is one Tune trial of the same experiment with other resource settings; Tune
 gives each trial what RLlib computes it needs (``Algorithm.default_resource_request``), so
@@ -10,9 +10,12 @@ then by throughput). The winner is written whole, every setting that differs fro
 algorithm's defaults and the trial's stop criteria, as an experiment file that
 ``rllib train file`` runs as it is. The return is ``env_runners/episode_return_mean``: on the
 device env runner the mean of the last 100 episodes, on RLlib 2.60's stock runner the mean of
-the episodes that ended in one iteration. The search space is built from what the cluster has: without GPUs the GPU
-options drop out (logged), and a candidate that asks for more than the cluster has is an
-error before any trial starts, not a trial PENDING forever.
+the episodes that ended in one iteration. The search space is built from what the cluster
+has: without GPUs the GPU options drop out (logged), ``num_learners: auto`` tries 0, 1, 2,
+4, ... learners as far as the cluster holds them beside each candidate's env runners (with
+env runners the learners are fed by them, without they step their own envs: both layouts),
+and a candidate that asks for more than the cluster has is an error before any trial
+starts, not a trial PENDING forever.
 
 From a file (an experiment with a ``resource_search`` section, see
 ``configs/tune_resources.yaml``)::
@@ -52,6 +55,9 @@ class ResourceSpace:
     num_env_runners: list[int] = dataclasses.field(default_factory=lambda: [0, 1])
     num_gpus_per_env_runner: list[float] = dataclasses.field(default_factory=lambda: [0, 0.5, 1])
     num_gpus_per_learner: list[float] = dataclasses.field(default_factory=lambda: [0, 1])
+    # Learners: 0 is one learner in the algorithm's process; "auto" tries 0, 1, 2, 4, ... as far as
+    # the cluster can hold them beside the rest of each candidate.
+    num_learners: list[int] | str = dataclasses.field(default_factory=lambda: [0])
     time_budget_s: float = 120.0  # a trial that has not reached the target by then stops
 
     @classmethod
@@ -63,8 +69,24 @@ class ResourceSpace:
         return cls(**values)
 
 
-def candidates(space: ResourceSpace, cluster: dict) -> list[dict]:
-    """The combinations to try on this cluster (GPU options dropped when it has no GPU)."""
+def layout(combo: dict) -> str:
+    """Where a candidate's envs are: beside its one learner ("local"), in its learners
+    ("colocated"), in env runners that feed remote learners ("separate")."""
+    if not combo.get("num_learners"):
+        return "local"
+    return "colocated" if combo["num_env_runners"] == 0 else "separate"
+
+
+AUTO_LEARNERS = (0, 1, 2, 4, 8, 16, 32, 64)
+
+
+def candidates(space: ResourceSpace, cluster: dict, fits=None) -> list[dict]:
+    """The combinations to try on this cluster (GPU options dropped when it has no GPU; with
+    ``num_learners: auto``, the learner counts that ``fits(combo)`` says the cluster can hold)."""
+    auto = space.num_learners == "auto"
+    learners = list(AUTO_LEARNERS) if auto else list(space.num_learners)
+    if auto and fits is None:
+        raise ValueError("num_learners='auto' needs to know what fits the cluster (search_resources passes it)")
     values = {k: list(getattr(space, k)) for k in ("num_envs_per_env_runner", "num_env_runners", *GPU_KEYS)}
     if cluster.get("GPU", 0) <= 0:
         dropped = {k: [v for v in values[k] if v] for k in GPU_KEYS}
@@ -73,7 +95,7 @@ def candidates(space: ResourceSpace, cluster: dict) -> list[dict]:
         for k in GPU_KEYS:
             values[k] = [0]
     combos = []
-    for envs, runners, runner_gpus, learner_gpus in itertools.product(*values.values()):
+    for envs, runners, runner_gpus, learner_gpus, count in itertools.product(*values.values(), learners):
         if runners == 0 and runner_gpus:
             continue  # the local runner has no GPU share of its own: it uses the driver's device
         combo = {
@@ -81,10 +103,31 @@ def candidates(space: ResourceSpace, cluster: dict) -> list[dict]:
             "num_env_runners": runners,
             "num_gpus_per_env_runner": runner_gpus,
             "num_gpus_per_learner": learner_gpus,
+            "num_learners": count,
         }
+        if auto and count and not fits(combo):
+            continue  # more learners than the cluster holds beside this candidate's runners
         if combo not in combos:
             combos.append(combo)
     return combos
+
+
+def check_candidate(experiment: Experiment, combo: dict, cluster: dict) -> None:
+    """A candidate's config is valid and fits the cluster, or an ``ExperimentError`` says why."""
+    try:
+        check_fits_cluster(_with(experiment, combo), cluster)
+    except ValueError as err:  # RLlib's validate(), or DevicePPO's batch shape, for this candidate
+        if isinstance(err, ExperimentError):
+            raise
+        raise ExperimentError(f"experiment {experiment.name!r}: the candidate {combo}: {err}") from None
+
+
+def _fits(experiment: Experiment, combo: dict, cluster: dict) -> bool:
+    try:
+        check_candidate(experiment, combo, cluster)
+    except ExperimentError:
+        return False
+    return True
 
 
 def _with(experiment: Experiment, combo: dict) -> Experiment:
@@ -94,7 +137,7 @@ def _with(experiment: Experiment, combo: dict) -> Experiment:
         num_envs_per_env_runner=combo["num_envs_per_env_runner"],
         num_gpus_per_env_runner=combo["num_gpus_per_env_runner"],
     )
-    config.learners(num_gpus_per_learner=combo["num_gpus_per_learner"])
+    config.learners(num_gpus_per_learner=combo["num_gpus_per_learner"], num_learners=combo["num_learners"])
     if hasattr(config, "devices"):  # DevicePPO: let Ray's assignment decide, not a fixed device
         config.devices(learner=None, env_runners="auto")
     return dataclasses.replace(experiment, config=config, resource_search=None)
@@ -118,9 +161,9 @@ def search_resources(
 
     space = space or ResourceSpace.from_dict(experiment.resource_search or {})
     cluster = ray.cluster_resources()
-    combos = candidates(space, cluster)
-    for combo in combos:  # every candidate must fit before anything runs
-        check_fits_cluster(_with(experiment, combo), cluster)
+    combos = candidates(space, cluster, fits=lambda combo: _fits(experiment, combo, cluster))
+    for combo in combos:  # every candidate must be valid and fit before anything runs
+        check_candidate(experiment, combo, cluster)
     target = experiment.stop.get(RETURN_METRIC)
     if target is None:
         raise ExperimentError(f"experiment {experiment.name!r}: the resource search needs a stop value for {RETURN_METRIC}")
@@ -232,6 +275,8 @@ def _print_table(rows: list[dict], target: float) -> None:
         "runners",
         "GPUs/runner",
         "learner GPUs",
+        "learners",
+        "layout",
         "iterations",
         "return",
         f"s to {target:g}",
@@ -245,6 +290,8 @@ def _print_table(rows: list[dict], target: float) -> None:
             r["num_env_runners"],
             r["num_gpus_per_env_runner"],
             r["num_gpus_per_learner"],
+            r["num_learners"],
+            layout(r),
             r["iterations"],
             f"{r['return']:.1f}",
             f"{r['time_to_target_s']:.1f}" if r["reached"] else "-",

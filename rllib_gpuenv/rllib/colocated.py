@@ -60,20 +60,34 @@ class LearnerEnvRunner(DeviceEnvRunner):
         self.module = self._given_module  # the learner's own (DDP's inner module): sampled with as it trains
 
 
+def cpu_share(config) -> int:
+    """The CPUs Ray gives a remote learner: ``num_cpus_per_learner`` ("auto": 1 without a GPU, 0 with one)."""
+    cpus = config.num_cpus_per_learner
+    return max(1, int(cpus)) if cpus != "auto" else 1
+
+
 class ColocatedEnvs:
     """Mixin for a torch ``Learner`` of the device algorithms: its own envs, for the colocated layout.
 
     The envs are built on first use, on the learner's device, seeded as env runner
     ``learner index + 1`` (so that no two learners, nor the driver's runner, play the same
     episodes).
+
+    A remote learner works with as many threads as Ray gave it CPUs (``use_cpu_share``): torch
+    would start one per core in every learner, and two learners on two cores then ran their
+    updates 4x slower than one (benchmarks/RESULTS.md, "Several learners").
     """
 
     _envs: LearnerEnvRunner | None = None
 
+    def use_cpu_share(self) -> None:
+        """torch's threads for this call (its setting is per calling thread) to the learner's CPU share."""
+        if self.config.num_learners > 0:
+            torch.set_num_threads(cpu_share(self.config))
+
     def colocated_envs(self) -> LearnerEnvRunner:
         if self._envs is None:
-            cpus = self.config.num_cpus_per_learner
-            threads = None if cpus == "auto" else max(1, int(cpus))
+            threads = cpu_share(self.config)
             self._envs = LearnerEnvRunner(
                 config=self.config,
                 worker_index=self._learner_index + 1,

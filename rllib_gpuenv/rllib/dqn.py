@@ -74,6 +74,7 @@ class DeviceDQNTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, DQNTorchLearne
         envs) become n-step transitions in its buffer; if ``learn``, ``updates_per_round``
         minibatches are drawn there for one update. Returns the envs' metrics (None when the
         rollouts were given), the update's (None without one) and the buffer's size and adds."""
+        self.use_cpu_share()
         runner_metrics = None
         if rollouts is None:
             envs = self.colocated_envs()

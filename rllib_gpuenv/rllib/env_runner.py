@@ -148,6 +148,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         window = math.ceil(config.metrics_num_episodes_for_smoothing / self._samplers())
         self._recent_episodes: collections.deque = collections.deque(maxlen=max(1, window))
         role = "evaluation env runner" if config.in_evaluation else "env runner"
+        if num_envs != config.num_envs_per_env_runner:
+            role += " (for the spaces: the colocated learners step the envs)"
         logger.info("%s %d: %d envs of %s on %s", role, worker, self.num_envs, config.env, self._device)
 
     def _choose_device(self) -> torch.device:

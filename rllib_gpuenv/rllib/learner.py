@@ -92,6 +92,7 @@ class DevicePPOTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, PPOTorchLearne
     def sample_and_update(self, **update_kwargs) -> tuple[dict, dict]:
         """One colocated step: a rollout of this learner's envs, then ``update`` on it (the
         gradients all-reduced with the other learners'). Returns the envs' and the update's metrics."""
+        self.use_cpu_share()
         envs = self.colocated_envs()
         rollout = envs.sample()
         runner_metrics = envs.get_metrics()
@@ -99,7 +100,8 @@ class DevicePPOTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, PPOTorchLearne
 
     def update(self, batch=None, *, training_data: TrainingData | None = None, rollout_length: int | None = None, **kwargs):
         """RLlib's update; with ``rollout_length``, the batch holds env-major rollout rows (see
-        ``ppo.rollout_batch``) and gets its advantages and value targets first."""
+        ``rollout_batch``) and gets its advantages and value targets first."""
+        self.use_cpu_share()
         if rollout_length is not None:
             batch = self._with_advantages(batch if training_data is None else training_data.batch, rollout_length)
             training_data = None

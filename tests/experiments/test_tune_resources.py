@@ -9,7 +9,7 @@ import ray
 import yaml
 
 from rllib_gpuenv.experiments import RETURN_METRIC, ExperimentError, inline_experiment, load_experiments, run_experiment
-from rllib_gpuenv.experiments.tune_resources import GPU_KEYS, ResourceSpace, _same, candidates, rank, search_resources
+from rllib_gpuenv.experiments.tune_resources import GPU_KEYS, ResourceSpace, _same, candidates, layout, rank, search_resources
 from rllib_gpuenv.rllib import DevicePPOConfig
 
 
@@ -41,6 +41,14 @@ def test_with_a_gpu_fractions_are_tried_but_not_on_the_local_runner():
     combos = candidates(space, {"CPU": 16.0, "GPU": 1.0})
     assert {(c["num_env_runners"], c["num_gpus_per_env_runner"]) for c in combos} == {(0, 0), (2, 0), (2, 0.5)}
     assert len(combos) == 6
+
+
+def test_learners_auto_are_the_counts_the_cluster_holds_in_both_layouts():
+    space = ResourceSpace(num_envs_per_env_runner=[64], num_env_runners=[0, 1], num_learners="auto")
+    combos = candidates(space, {"CPU": 4.0}, fits=lambda c: 1 + c["num_env_runners"] + c["num_learners"] <= 4)
+    assert [(c["num_env_runners"], c["num_learners"], layout(c)) for c in combos] == [
+        (0, 0, "local"), (0, 1, "colocated"), (0, 2, "colocated"), (1, 0, "local"), (1, 1, "separate"), (1, 2, "separate"),
+    ]  # fmt: skip
 
 
 def test_a_candidate_that_cannot_fit_fails_before_any_trial(ray_local):
@@ -81,20 +89,17 @@ def test_real_tune_search_writes_the_winning_experiment_whole(ray_local, tmp_pat
     }
     stop = {"env_runners/episode_return_mean": 475, "training_iteration": 3}
     exp = inline_experiment("DevicePPO", "GPUCartPole-v1", settings, stop=stop, name="search")
-    space = ResourceSpace(num_envs_per_env_runner=[32, 64], num_env_runners=[0], time_budget_s=3600)
+    space = ResourceSpace(num_envs_per_env_runner=[32], num_env_runners=[0], num_learners=[0, 1], time_budget_s=3600)
     best_file = str(tmp_path / "best.yaml")
     rows = search_resources(exp, space, storage_path=str(tmp_path / "results"), best_file=best_file, verbose=0)
     out = capsys.readouterr().out
 
     assert "Trials run one at a time (at most 1 concurrent trial)" in out and "each of the 2 trials ran alone" in out
     assert [r["error"] for r in rows] == [None, None]
-    assert sorted(r["num_envs_per_env_runner"] for r in rows) == [32, 64]
+    assert sorted((r["num_learners"], layout(r)) for r in rows) == [(0, "local"), (1, "colocated")]
     assert all(r["iterations"] == 3 and not r["reached"] and r["env_steps_to_target"] is None for r in rows)
     lines = [line for line in out.splitlines() if line.startswith("| ")]  # the table's header and trials, best first
-    assert [line.split("|")[1].strip() for line in lines] == [
-        "envs/runner",
-        *(str(r["num_envs_per_env_runner"]) for r in rows),
-    ]
+    assert [line.split("|")[5].strip() for line in lines] == ["learners", *(str(r["num_learners"]) for r in rows)]
 
     winner = rows[0]["result"]
     (best,) = load_experiments(best_file)  # what `rllib train file best.yaml` runs
@@ -103,13 +108,14 @@ def test_real_tune_search_writes_the_winning_experiment_whole(ray_local, tmp_pat
     }  # as the trial validated it, without Tune's entries
     trial_config, written = (_validated(c) for c in (DevicePPOConfig().update_from_dict(ran), best.config))
     assert {k for k in trial_config if not _same(trial_config[k], written.get(k))} == set()
-    assert best.config.num_envs_per_env_runner == rows[0]["num_envs_per_env_runner"] and best.config.rollout_length == 16
+    assert best.config.num_learners == rows[0]["num_learners"] and best.config.rollout_length == 16
     assert best.config.vf_clip_param == math.inf and best.config.use_kl_loss is False
     assert best.config.model_config["fcnet_hiddens"] == [32, 32] and best.stop == {**stop, "time_total_s": 3600}
     with open(best_file) as f:  # the searched resources are spelled out even where they are defaults
         assert set(rows[0]) & set(yaml.safe_load(f)["search-best"]["config"]) == set(GPU_KEYS) | {
             "num_envs_per_env_runner",
             "num_env_runners",
+            "num_learners",
         }
 
     (rerun,) = run_experiment(best, storage_path=str(tmp_path / "rerun"), verbose=0)

@@ -1,0 +1,172 @@
+"""One learner against several: training env-steps/s and time to a target return, both layouts.
+
+Weak scaling, as GPU-env training scales: every sampler steps the same number of envs
+(``num_envs_per_env_runner`` of the experiment file), so N samplers collect N times the env
+steps per iteration, and each learner trains on its share. The setups, side by side in one run:
+
+- "1 learner, local": the main job's setup, env runner and learner in the algorithm's process;
+- "N learners, colocated": N learner actors, each stepping its own envs on its own device
+  (one CPU each here, a GPU each on a GPU cluster), gradients all-reduced (``colocated.py``);
+- "N learners, separate": N env runners (one CPU each) feeding N learners through Ray.
+
+Each setup trains ``--iterations`` iterations after a warm-up for the throughput (env steps
+sampled and trained per second of ``train()``, learning included), then, per seed, from a
+fresh start until the last-100 mean return reaches ``--target`` (or ``--budget`` seconds) for
+the time to target. The weak-scaling efficiency is N learners' env-steps/s over N times one
+colocated learner's; a machine with fewer cores than processes shows the sharing, not the
+layout (the table says how many CPUs Ray was given against the cores there are).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure
+from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, lookup
+
+LAYOUTS = ("local", "colocated", "separate")
+
+
+def setups(counts: list[int]) -> list[dict]:
+    """The local learner, then colocated and separate learners for each count."""
+    rows = [{"setup": "1 learner, local", "layout": "local", "learners": 1, "num_learners": 0, "num_env_runners": 0}]
+    for n in counts:
+        rows.append(
+            {
+                "setup": f"{n} learner(s), colocated",
+                "layout": "colocated",
+                "learners": n,
+                "num_learners": n,
+                "num_env_runners": 0,
+            }
+        )
+        rows.append(
+            {
+                "setup": f"{n} learner(s), separate",
+                "layout": "separate",
+                "learners": n,
+                "num_learners": n,
+                "num_env_runners": n,
+            }
+        )
+    return rows
+
+
+def _config(setup: dict, config_file: str | None, seed: int):
+    from rllib_gpuenv.experiments import load_config
+
+    config = load_config(config_file, device="cpu", seed=seed).config
+    config.devices(learner=None)
+    config.learners(num_learners=setup["num_learners"], num_cpus_per_learner=1, num_gpus_per_learner=0)
+    return config.env_runners(num_env_runners=setup["num_env_runners"], num_cpus_per_env_runner=1)
+
+
+def _throughput(setup: dict, config_file: str | None, iterations: int) -> dict:
+    algo = _config(setup, config_file, seed=0).build_algo()
+    try:
+        for _ in range(2):  # warm-up: compilation, allocations, DDP's first all-reduce
+            algo.train()
+        seconds, steps = [], []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            result = algo.train()
+            seconds.append(time.perf_counter() - start)
+            steps.append(int(result["env_runners"]["num_env_steps_sampled"]))
+        return {
+            "env_steps_per_iteration": statistics.median(steps),
+            "env_steps_per_s": statistics.median(s / t for s, t in zip(steps, seconds)),
+        }
+    finally:
+        algo.stop()
+
+
+def _time_to_target(setup: dict, config_file: str | None, seed: int, target: float, budget_s: float) -> dict:
+    algo = _config(setup, config_file, seed).build_algo()
+    try:
+        start, result = time.perf_counter(), {}
+        while time.perf_counter() - start < budget_s:
+            result = algo.train()
+            if lookup(result, RETURN_METRIC, float("nan")) >= target:
+                return {"seconds": time.perf_counter() - start, "iterations": result["training_iteration"]}
+        return {"seconds": None, "iterations": result.get("training_iteration")}
+    finally:
+        algo.stop()
+
+
+def run(counts: list[int], seeds: list[int], iterations: int = 5, target: float = 475.0, budget_s: float = 120.0,
+        config_file: str | None = None, out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
+    """Every setup's throughput, then its time to target per seed; print the table, write the results."""
+    import ray
+
+    rows = setups(counts)
+    needed = max(1 + r["num_learners"] + r["num_env_runners"] for r in rows)  # the driver, learners and runners: a CPU each
+    cores = os.cpu_count() or 1
+    ray.init(
+        address="local", num_cpus=max(cores, needed), include_dashboard=False, log_to_driver=False, ignore_reinit_error=True
+    )
+    for row in rows:
+        print(f"  {row['setup']}: throughput ...", file=sys.stderr, flush=True)
+        row.update(_throughput(row, config_file, iterations))
+        row["runs"] = []
+        for seed in seeds:
+            print(f"  {row['setup']}: seed {seed} to {target:g} ...", file=sys.stderr, flush=True)
+            row["runs"].append({"seed": seed, **_time_to_target(row, config_file, seed, target, budget_s)})
+        reached = [r["seconds"] for r in row["runs"] if r["seconds"] is not None]
+        row["median_s_to_target"] = statistics.median(reached) if len(reached) * 2 > len(seeds) else None
+        row["reached"] = f"{len(reached)}/{len(seeds)}"
+    one = next((r for r in rows if r["layout"] == "colocated" and r["learners"] == 1), rows[0])
+    for row in rows:
+        row["vs_local"] = row["env_steps_per_s"] / rows[0]["env_steps_per_s"]
+        row["weak_scaling"] = row["env_steps_per_s"] / (row["learners"] * one["env_steps_per_s"])
+    print(
+        f"Ray given {max(cores, needed)} CPUs on a machine with {cores} cores; one CPU per learner and per env runner\n"
+        + table(rows, target)
+    )
+    meta = {"counts": counts, "seeds": seeds, "iterations": iterations, "target": target, "budget_s": budget_s,
+            "config_file": config_file, "ray_cpus": max(cores, needed), "cores": cores}  # fmt: skip
+    report(rows, out_dir, "learners", meta, plot=(lambda: plot_learners(rows, out_dir)) if plot else None)
+    return rows
+
+
+def table(rows: list[dict], target: float) -> str:
+    headers = ["setup", "env steps/iter", "env-steps/s", "vs local", "weak scaling", f"s to {target:g} (median)", "reached"]
+    lines = []
+    for r in rows:
+        to_target = "-" if r["median_s_to_target"] is None else f"{r['median_s_to_target']:.1f}"
+        lines.append([r["setup"], r["env_steps_per_iteration"], f"{r['env_steps_per_s']:,.0f}", f"{r['vs_local']:.2f}x",
+                      f"{r['weak_scaling']:.2f}", to_target, r["reached"]])  # fmt: skip
+    return format_table(headers, lines)
+
+
+def plot_learners(rows: list[dict], out_dir: str) -> str:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+    names = [r["setup"] for r in rows]
+    axes[0].barh(names, [r["env_steps_per_s"] for r in rows])
+    axes[0].set(xlabel="env-steps/s, learning included", title="Training throughput")
+    axes[1].barh(names, [r["median_s_to_target"] or 0 for r in rows])
+    axes[1].set(xlabel="seconds to the target (median; 0: not reached)", title="Time to target")
+    for ax in axes:
+        ax.invert_yaxis()
+    return save_figure(fig, out_dir, "learners")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--learners", default="2", help="learner counts beside the local learner, e.g. '2' or '1,2,4' (default: %(default)s)"
+    )
+    parser.add_argument("--seeds", default="0,1,2", help="seeds of the time-to-target runs (default: %(default)s)")
+    parser.add_argument("--iterations", type=int, default=5, help="timed iterations per setup for the throughput")
+    parser.add_argument("--target", type=float, default=475.0, help="last-100 mean return to reach (default: %(default)s)")
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds of training per run before giving up")
+    parser.add_argument(
+        "--config-file", metavar="PATH", help="the experiment file (default: the main job's, gpu_cartpole_ppo.yaml)"
+    )
+
+
+def run_from_args(args) -> None:
+    seeds = parse_sizes(args.seeds) if args.seeds else []
+    run(parse_sizes(args.learners), seeds, args.iterations, args.target, args.budget, args.config_file, args.out, args.plot)
