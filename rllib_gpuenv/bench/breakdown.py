@@ -268,8 +268,8 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
     clock.wrap(algo.env_runner_group, "sync_weights", "sync")
     if is_ppo:
         clock.wrap(algo, "update_learners", "update")
-    else:
-        clock.wrap(algo.learner_group, "update", "update")
+    else:  # the learner's round: n-step transitions and its replay buffer (training data), then its update
+        clock.wrap(algo.learner_group._learner, "update", "update")
         clock.wrap(dqn, "n_step_transitions", "training data")
     try:
         algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)

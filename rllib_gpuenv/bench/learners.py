@@ -9,12 +9,16 @@ steps per iteration, and each learner trains on its share. The setups, side by s
   (one CPU each here, a GPU each on a GPU cluster), gradients all-reduced (``colocated.py``);
 - "N learners, separate": N env runners (one CPU each) feeding N learners through Ray.
 
-Each setup trains ``--iterations`` iterations after a warm-up for the throughput (env steps
-sampled and trained per second of ``train()``, learning included), then, per seed, from a
-fresh start until the last-100 mean return reaches ``--target`` (or ``--budget`` seconds) for
-the time to target. The weak-scaling efficiency is N learners' env-steps/s over N times one
+Each setup trains, per seed, from a fresh start until the last-100 mean return reaches
+``--target`` (or ``--budget`` seconds): the time to target; then, after the first seed's run,
+``--iterations`` more iterations after a warm-up for the throughput (env steps sampled and
+trained per second of ``train()``, learning included). The weak-scaling efficiency is N learners' env-steps/s over N times one
 colocated learner's; a machine with fewer cores than processes shows the sharing, not the
 layout (the table says how many CPUs Ray was given against the cores there are).
+
+A second table times what the separate layout adds per rollout: its trip from an env runner
+to a learner in another process (to the host, through Ray's object store, onto the learner's
+device), at the main job's rollout size and a GPU-sized one. The colocated layout has no trip.
 """
 
 from __future__ import annotations
@@ -64,36 +68,102 @@ def _config(setup: dict, config_file: str | None, seed: int):
     return config.env_runners(num_env_runners=setup["num_env_runners"], num_cpus_per_env_runner=1)
 
 
-def _throughput(setup: dict, config_file: str | None, iterations: int) -> dict:
-    algo = _config(setup, config_file, seed=0).build_algo()
-    try:
-        for _ in range(2):  # warm-up: compilation, allocations, DDP's first all-reduce
-            algo.train()
-        seconds, steps = [], []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            result = algo.train()
-            seconds.append(time.perf_counter() - start)
-            steps.append(int(result["env_runners"]["num_env_steps_sampled"]))
-        return {
-            "env_steps_per_iteration": statistics.median(steps),
-            "env_steps_per_s": statistics.median(s / t for s, t in zip(steps, seconds)),
-        }
-    finally:
-        algo.stop()
+def _throughput(algo, iterations: int) -> dict:
+    """Env steps per second of ``train()`` (sampling and learning) over ``iterations``, after a warm-up."""
+    for _ in range(2):  # compilation, allocations, DDP's first all-reduce
+        algo.train()
+    seconds, steps = [], []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        result = algo.train()
+        seconds.append(time.perf_counter() - start)
+        steps.append(int(result["env_runners"]["num_env_steps_sampled"]))
+    return {
+        "env_steps_per_iteration": statistics.median(steps),
+        "env_steps_per_s": statistics.median(s / t for s, t in zip(steps, seconds)),
+    }
 
 
-def _time_to_target(setup: dict, config_file: str | None, seed: int, target: float, budget_s: float) -> dict:
-    algo = _config(setup, config_file, seed).build_algo()
-    try:
-        start, result = time.perf_counter(), {}
-        while time.perf_counter() - start < budget_s:
-            result = algo.train()
-            if lookup(result, RETURN_METRIC, float("nan")) >= target:
-                return {"seconds": time.perf_counter() - start, "iterations": result["training_iteration"]}
-        return {"seconds": None, "iterations": result.get("training_iteration")}
-    finally:
-        algo.stop()
+def _time_to_target(algo, target: float, budget_s: float) -> dict:
+    """Seconds of ``train()`` from a fresh start to a last-100 mean of ``target`` (None: not within ``budget_s``)."""
+    start, result = time.perf_counter(), {}
+    while time.perf_counter() - start < budget_s:
+        result = algo.train()
+        if lookup(result, RETURN_METRIC, float("nan")) >= target:
+            return {"seconds": time.perf_counter() - start, "iterations": result["training_iteration"]}
+    return {"seconds": None, "iterations": result.get("training_iteration")}
+
+
+def measure(setup: dict, config_file: str | None, seeds: list[int], iterations: int, target: float, budget_s: float) -> dict:
+    """A setup's time to target per seed, each from a fresh start, and its throughput after the
+    first seed's run (same algorithm: one build less per setup; or a run of its own without seeds)."""
+    runs, throughput = [], None
+    for seed in seeds or [0]:
+        algo = _config(setup, config_file, seed).build_algo()
+        try:
+            if seeds:
+                print(f"  {setup['setup']}: seed {seed} to {target:g} ...", file=sys.stderr, flush=True)
+                runs.append({"seed": seed, **_time_to_target(algo, target, budget_s)})
+            if throughput is None:
+                print(f"  {setup['setup']}: throughput ...", file=sys.stderr, flush=True)
+                throughput = _throughput(algo, iterations)
+        finally:
+            algo.stop()
+    reached = [r["seconds"] for r in runs if r["seconds"] is not None]
+    median = statistics.median(reached) if len(reached) * 2 > len(runs) else None
+    return {**throughput, "runs": runs, "median_s_to_target": median, "reached": f"{len(reached)}/{len(runs)}"}
+
+
+TRIP_SHAPES = ((128, 16), (4096, 32))  # (envs, steps): the main job's rollout, a GPU-sized one
+
+
+def _zero_rollout(envs: int, steps: int, device: str):
+    """A CartPole-shaped PPO rollout of zeros (what travels is its size, not its values)."""
+    import torch
+
+    from rllib_gpuenv.rllib.rollout import Rollout
+
+    def zeros(*shape, dtype=torch.float32):
+        return torch.zeros(*shape, dtype=dtype, device=device)
+
+    flags = zeros(steps, envs, dtype=torch.bool)
+    return Rollout(
+        obs=zeros(steps, envs, 4), actions=zeros(steps, envs, dtype=torch.int64), logp=zeros(steps, envs),
+        dist_inputs=zeros(steps, envs, 2), rewards=zeros(steps, envs), terminated=flags, truncated=flags, valid=flags,
+        last_obs=zeros(envs, 4),
+    )  # fmt: skip
+
+
+def rollout_trips(device: str = "cpu", repeats: int = 10) -> list[dict]:
+    """Milliseconds per rollout trip from this process to an actor that takes it onto ``device``."""
+    import ray
+
+    from rllib_gpuenv.rllib.rollout import Rollout
+
+    @ray.remote(num_cpus=0)
+    class Learner:
+        def take(self, rollout: Rollout) -> int:
+            return rollout.to(device).num_env_steps
+
+    learner = Learner.remote()
+    rows = []
+    for envs, steps in TRIP_SHAPES:
+        rollout = _zero_rollout(envs, steps, device)
+        size = sum(t.numel() * t.element_size() for t in vars(rollout).values() if t is not None)
+        ray.get(learner.take.remote(rollout.to("cpu")))  # warm-up
+        start = time.perf_counter()
+        for _ in range(repeats):
+            ray.get(learner.take.remote(rollout.to("cpu")))  # what a remote runner's sample() returns
+        rows.append(
+            {
+                "envs": envs,
+                "steps": steps,
+                "megabytes": size / 1e6,
+                "ms_per_trip": (time.perf_counter() - start) / repeats * 1e3,
+            }
+        )
+    ray.kill(learner)
+    return rows
 
 
 def run(counts: list[int], seeds: list[int], iterations: int = 5, target: float = 475.0, budget_s: float = 120.0,
@@ -108,15 +178,7 @@ def run(counts: list[int], seeds: list[int], iterations: int = 5, target: float 
         address="local", num_cpus=max(cores, needed), include_dashboard=False, log_to_driver=False, ignore_reinit_error=True
     )
     for row in rows:
-        print(f"  {row['setup']}: throughput ...", file=sys.stderr, flush=True)
-        row.update(_throughput(row, config_file, iterations))
-        row["runs"] = []
-        for seed in seeds:
-            print(f"  {row['setup']}: seed {seed} to {target:g} ...", file=sys.stderr, flush=True)
-            row["runs"].append({"seed": seed, **_time_to_target(row, config_file, seed, target, budget_s)})
-        reached = [r["seconds"] for r in row["runs"] if r["seconds"] is not None]
-        row["median_s_to_target"] = statistics.median(reached) if len(reached) * 2 > len(seeds) else None
-        row["reached"] = f"{len(reached)}/{len(seeds)}"
+        row.update(measure(row, config_file, seeds, iterations, target, budget_s))
     one = next((r for r in rows if r["layout"] == "colocated" and r["learners"] == 1), rows[0])
     for row in rows:
         row["vs_local"] = row["env_steps_per_s"] / rows[0]["env_steps_per_s"]
@@ -125,8 +187,12 @@ def run(counts: list[int], seeds: list[int], iterations: int = 5, target: float 
         f"Ray given {max(cores, needed)} CPUs on a machine with {cores} cores; one CPU per learner and per env runner\n"
         + table(rows, target)
     )
+    trips = rollout_trips()
+    lines = [[f"{t['envs']} x {t['steps']}", f"{t['megabytes']:.2f}", f"{t['ms_per_trip']:.2f}"] for t in trips]
+    print("\na rollout's trip from an env runner to a learner (separate layout; none when colocated)")
+    print(format_table(["envs x steps", "MB", "ms per trip"], lines))
     meta = {"counts": counts, "seeds": seeds, "iterations": iterations, "target": target, "budget_s": budget_s,
-            "config_file": config_file, "ray_cpus": max(cores, needed), "cores": cores}  # fmt: skip
+            "config_file": config_file, "ray_cpus": max(cores, needed), "cores": cores, "rollout_trips": trips}  # fmt: skip
     report(rows, out_dir, "learners", meta, plot=(lambda: plot_learners(rows, out_dir)) if plot else None)
     return rows
 

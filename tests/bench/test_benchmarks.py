@@ -87,7 +87,7 @@ def test_block_size_without_a_gpu_says_so(tmp_path):
 
 
 def test_training_curves(tmp_path):
-    contenders = ["device", "stock-runner", "stock-rllib", "stock-rllib-8envs", "sb3"]
+    contenders = ["device", "stock-runner", "stock-rllib", "sb3"]  # stock-rllib-8envs: stock-rllib's path, another file
     out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "20")
     assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
     assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
@@ -128,7 +128,9 @@ def test_training_curves_pendulum_ppo(tmp_path):
 
 
 def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp_path):
-    """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml), stock RLlib DQN, SB3."""
+    """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml). Stock RLlib's
+    runs take the path test_training_curves covers (its DQN file loads in test_experiment_files); SB3's DQN runs in
+    test_sb3_goes_on_past_rl_zoos_steps_until_the_target."""
     settings = tiny_dqn_file(tmp_path)
     out_dir = tmp_path / "out"
     out = bench(
@@ -136,6 +138,8 @@ def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp
         "training",
         "--task",
         "cartpole-dqn",
+        "--contenders",
+        "device",
         "--seeds",
         "0",
         "--target",
@@ -147,7 +151,7 @@ def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp
     )
     assert "cartpole-dqn: time and env steps to a mean return of 25" in out.stdout
     result = outputs(out_dir, "training_cartpole-dqn")
-    assert [r["contender"] for r in result["rows"]] == ["device", "stock-rllib", "sb3"]
+    assert [r["contender"] for r in result["rows"]] == ["device"]
     assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
     device = next(run for run in result["meta"]["curves"] if run["contender"] == "device")
     assert device["config_file"] == str(settings)
@@ -284,3 +288,24 @@ def test_breakdown_of_device_dqn(tmp_path):
     }  # the file's minibatch, DeviceDQN's default
     assert row["s_advantages (GAE)"] > 0 and row["s_learner update"] > 0 and row["s_env stepping"] > 0
     assert sum(v for k, v in row.items() if k.startswith("s_")) == pytest.approx(row["seconds_per_iteration"], rel=1e-9)
+
+
+def test_learners(tmp_path):
+    """One local learner beside 2 colocated and 2 separate ones: throughput, time to a small target, the rollout trip."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        textwrap.dedent("""
+        tiny:
+          run: DevicePPO
+          env: GPUCartPole-v1
+          stop: {training_iteration: 100}
+          config: {num_envs_per_env_runner: 16, device_rollouts: {rollout_length: 8}, minibatch_size: 64, num_epochs: 1}
+    """)
+    )
+    out = bench(tmp_path, "learners", "--learners", "2", "--seeds", "0", "--iterations", "1", "--target", "15",
+                "--budget", "60", "--config-file", str(config))  # fmt: skip
+    assert "a rollout's trip from an env runner to a learner" in out.stdout
+    rows = outputs(tmp_path, "learners")["rows"]
+    assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2), ("separate", 2)]
+    assert [r["env_steps_per_iteration"] for r in rows] == [128, 256, 256]  # weak scaling: 16 envs x 8 steps per sampler
+    assert all(r["env_steps_per_s"] > 0 and r["runs"][0]["seconds"] is not None for r in rows), rows

@@ -84,6 +84,25 @@ def test_metrics_are_in_a_csv_and_in_tensorboard_events(tiny_run):
     assert inspect.returncode == 0 and "ray/tune/env_runners/episode_return_mean" in inspect.stdout, inspect.stderr[-2000:]
 
 
+def test_the_main_job_trains_with_colocated_learners(tmp_path):
+    """--num-learners 2: two learners, each stepping the file's 16 envs, gradients all-reduced."""
+    import ray
+
+    (tmp_path / "tiny.yaml").write_text(TINY_EXPERIMENT)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            run = train(tmp_path / "tiny.yaml", device="cpu", max_iterations=2, storage_path=str(tmp_path), num_learners=2)
+    finally:
+        ray.shutdown()
+    text = out.getvalue()
+    assert "2 learners, each stepping its own 16 envs (on cpu), gradients all-reduced" in text, text
+    lines = [line for line in text.splitlines() if line.startswith("iter ")]
+    assert "env steps        128" in lines[0] and "env steps        256" in lines[1], lines  # 2 x 16 envs x 4 steps
+    assert os.path.isfile(os.path.join(run.checkpoint, "rllib_checkpoint.json"))
+
+
 def _repository_copy(dest) -> str:
     """The files a clone has (tracked, and new ones git does not ignore), links kept as links."""
     files = subprocess.run(

@@ -4,49 +4,42 @@ save, restore and train on."""
 
 import json
 
-import pytest
-
 from tests.helpers import RayNodes
 
 DRIVER = """
 import json, ray
 from ray.rllib.algorithms.algorithm import Algorithm
-from rllib_gpuenv.rllib import {config}
+from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
 
 ray.init()
-config = (
-    {config}().environment("GPUCartPole-v1").env_runners(num_envs_per_env_runner=8).device_rollouts(rollout_length=8)
-    .learners(num_learners=2, custom_resources_per_learner={{"learner_slot": 1}}).debugging(seed=0)
-    .training(**{training}).reporting(min_sample_timesteps_per_iteration=0)
-)
-algo = config.build_algo()
-nodes = algo.call_learners(lambda learner: ray.get_runtime_context().get_node_id())
-steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(2)]
-path = algo.save({path!r}).checkpoint.path
-algo.stop()
-restored = Algorithm.from_checkpoint(path)
-steps.append(restored.train()["env_runners"]["num_env_steps_sampled_lifetime"])
-restored.stop()
-print(json.dumps({{"nodes": nodes, "steps": steps}}))
+results = {{}}
+for make, training in ((DevicePPOConfig, {{"minibatch_size": 32, "num_epochs": 1}}),
+                       (DeviceDQNConfig, {{"num_steps_sampled_before_learning_starts": 64}})):
+    config = (
+        make().environment("GPUCartPole-v1").env_runners(num_envs_per_env_runner=8).device_rollouts(rollout_length=8)
+        .learners(num_learners=2, custom_resources_per_learner={{"learner_slot": 1}}).debugging(seed=0)
+        .training(**training).reporting(min_sample_timesteps_per_iteration=0)
+    )
+    algo = config.build_algo()
+    nodes = algo.call_learners(lambda learner: ray.get_runtime_context().get_node_id())
+    steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(2)]
+    path = algo.save({path!r} + "/" + make.__name__).checkpoint.path
+    algo.stop()
+    restored = Algorithm.from_checkpoint(path)
+    steps.append(restored.train()["env_runners"]["num_env_steps_sampled_lifetime"])
+    restored.stop()
+    results[type(restored).__name__] = {{"nodes": nodes, "steps": steps}}
+print(json.dumps(results))
 """
-TRAINING = {
-    "DevicePPOConfig": {"minibatch_size": 32, "num_epochs": 1},
-    "DeviceDQNConfig": {"num_steps_sampled_before_learning_starts": 64},
-}
 
 
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
-    """A head and a worker node, 2 CPUs and one learner slot each: 2 learners must go to 2 nodes."""
-    with RayNodes(tmp_path_factory.mktemp("cluster"), [{"num_cpus": 2, "resources": {"learner_slot": 1}}] * 2) as nodes:
-        yield nodes
-
-
-@pytest.mark.parametrize("config", list(TRAINING))
-def test_colocated_learners_train_on_two_nodes_and_resume(two_nodes, tmp_path, config):
-    code = DRIVER.format(config=config, training=TRAINING[config], path=str(tmp_path / "checkpoint"))
-    proc = two_nodes.run_driver(code)
+def test_colocated_learners_train_on_two_nodes_and_resume(tmp_path):
+    """A head and a worker node, 2 CPUs and one learner slot each: the 2 learners must go to 2 nodes."""
+    with RayNodes(tmp_path, [{"num_cpus": 2, "resources": {"learner_slot": 1}}] * 2) as nodes:
+        proc = nodes.run_driver(DRIVER.format(path=str(tmp_path / "checkpoints")))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(set(result["nodes"])) == 2, result  # one learner on each node
-    assert result["steps"] == [128, 256, 384], result  # 2 learners x 8 envs x 8 steps per iteration, restored at 256
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(results) == ["DeviceDQN", "DevicePPO"]
+    for algo, result in results.items():
+        assert len(set(result["nodes"])) == 2, (algo, result)  # one learner on each node
+        assert result["steps"] == [128, 256, 384], (algo, result)  # 2 learners x 8 envs x 8 steps an iteration, resumed at 256

@@ -84,15 +84,16 @@ def test_checkpoints_written_before_the_layout_change_restore_and_train(tmp_path
     both written by the package before its modules moved. A fresh process restores each and
     trains on (nothing imported beforehand, as in a user's new session)."""
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "checkpoints_82623be")
-    for name in ("device", "stock"):
-        copy = shutil.copytree(os.path.join(data, name), tmp_path / name)  # restoring may write beside it
-        code = f"""
+    copies = [str(shutil.copytree(os.path.join(data, name), tmp_path / name)) for name in ("device", "stock")]
+    code = f"""
 import ray
 from ray.rllib.algorithms.algorithm import Algorithm
 ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-algo = Algorithm.from_checkpoint({str(copy)!r})
-print(type(algo).__name__, algo.iteration, algo.train()["training_iteration"])
+for path in {copies!r}:  # copies: restoring may write beside them
+    algo = Algorithm.from_checkpoint(path)
+    print(type(algo).__name__, algo.iteration, algo.train()["training_iteration"])
+    algo.stop()
 """
-        proc = run_python(code)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert proc.stdout.split()[-3:] == [{"device": "DevicePPO", "stock": "PPO"}[name], "1", "2"], proc.stdout
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-2:] == ["DevicePPO 1 2", "PPO 1 2"], proc.stdout
