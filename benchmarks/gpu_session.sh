@@ -7,12 +7,15 @@
 # "run" installs the carried wheels, then runs its stages; each fits one device call (10 min):
 #   tests     tests/test_gpu.py (both CUDA backends against the CPU for every env, no host sync
 #             per step or per rollout step, PPO trained on the GPU and restored on a CPU, two env
-#             runners sharing the GPU), the PTX compile for the device's compute capability, the
+#             runners sharing the GPU, a colocated learner actor stepping its envs on the GPU), the PTX compile for the device's compute capability, the
 #             simulator and host-read tests;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
 #             envs, sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown;
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_1024envs.yaml), DQN, and Pendulum
-#             PPO to -300, on the device path, 3 seeds each.
+#             PPO to -300, on the device path, 3 seeds each; one learner in the driver against one colocated
+#             learner actor on the GPU and the separate layout (an env runner and a learner sharing the GPU),
+#             with a rollout's trip through Ray from the GPU (bench learners). N learners need N GPUs (NCCL
+#             cannot put two on one): on a machine of several, run bench learners --learners 1,2,4.
 # Everything lands in $OUT (the device tool returns it); the figures go into
 # benchmarks/RESULTS.md with the GPU model and versions from machine.txt.
 set -uo pipefail
@@ -64,7 +67,9 @@ run)
             bench . training training --contenders device --budget 60
             bench ppo_1024envs training training --contenders device --budget 60 --device-config configs/gpu_cartpole_ppo_1024envs.yaml
             bench . training_dqn training --task cartpole-dqn --contenders device --budget 90
-            bench . training_pendulum training --task pendulum-ppo --contenders device --budget 90 ;;
+            bench . training_pendulum training --task pendulum-ppo --contenders device --budget 90
+            bench . learners learners --device cuda --learners 1 --seeds 0,1,2 --budget 60 \
+                --config-file configs/gpu_cartpole_ppo_1024envs.yaml ;;
         *) echo "unknown stage $stage (tests, bench, training)" >&2 ;;
         esac
     done

@@ -150,3 +150,39 @@ print(json.dumps({{"weights": weights, "iteration": result["training_iteration"]
     assert restored["runner"] == "cpu" and restored["learner"] == "cpu"
     assert restored["weights"] == weights
     assert restored["iteration"] == result["training_iteration"] + 1
+
+
+def test_a_colocated_learner_steps_its_envs_on_its_gpu_without_a_host_sync_per_step():
+    """One learner actor with a GPU: its envs, rollout and update on that GPU; a sample() of its
+    16 steps syncs with the host at most 4 times (per rollout, as the device runner's, not per step)."""
+    import ray
+
+    from rllib_gpuenv.experiments import cartpole_config
+
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    config = cartpole_config(seed=0).devices(learner=None).learners(num_learners=1, num_gpus_per_learner=1)
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 3 * config.device_batch_size
+
+        def syncs(learner) -> tuple[str, int, int]:
+            envs = learner.colocated_envs()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    envs.sample()
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            return (
+                str(envs.env.unwrapped.device),
+                envs.config.rollout_length,
+                sum("synchroniz" in str(w.message) for w in caught),
+            )
+
+        ((device, steps, count),) = algo.call_learners(syncs)
+        assert device.startswith("cuda") and steps == 16 and count <= 4, (device, steps, count)
+    finally:
+        algo.stop()
+        ray.shutdown()

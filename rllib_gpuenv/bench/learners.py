@@ -59,13 +59,20 @@ def setups(counts: list[int]) -> list[dict]:
     return rows
 
 
-def _config(setup: dict, config_file: str | None, seed: int):
+def _config(setup: dict, config_file: str | None, seed: int, device: str = "cpu"):
+    """The setup's config: one CPU per learner and env runner; on ``device="cuda"`` a GPU per
+    colocated learner, and in the separate layout each env runner shares a GPU with a learner."""
     from rllib_gpuenv.experiments import load_config
 
-    config = load_config(config_file, device="cpu", seed=seed).config
-    config.devices(learner=None)
-    config.learners(num_learners=setup["num_learners"], num_cpus_per_learner=1, num_gpus_per_learner=0)
-    return config.env_runners(num_env_runners=setup["num_env_runners"], num_cpus_per_env_runner=1)
+    config = load_config(config_file, device=device, seed=seed).config
+    gpus = 0.0 if device == "cpu" else (1.0 if setup["layout"] == "colocated" else 0.5)
+    if setup["num_learners"]:
+        config.devices(learner=None, env_runners="auto")
+        config.learners(num_learners=setup["num_learners"], num_cpus_per_learner=1, num_gpus_per_learner=gpus)
+    runner_gpus = gpus if setup["num_env_runners"] else 0.0
+    return config.env_runners(
+        num_env_runners=setup["num_env_runners"], num_cpus_per_env_runner=1, num_gpus_per_env_runner=runner_gpus
+    )
 
 
 def _throughput(algo, iterations: int) -> dict:
@@ -94,12 +101,20 @@ def _time_to_target(algo, target: float, budget_s: float) -> dict:
     return {"seconds": None, "iterations": result.get("training_iteration")}
 
 
-def measure(setup: dict, config_file: str | None, seeds: list[int], iterations: int, target: float, budget_s: float) -> dict:
+def measure(
+    setup: dict,
+    config_file: str | None,
+    seeds: list[int],
+    iterations: int,
+    target: float,
+    budget_s: float,
+    device: str = "cpu",
+) -> dict:
     """A setup's time to target per seed, each from a fresh start, and its throughput after the
     first seed's run (same algorithm: one build less per setup; or a run of its own without seeds)."""
     runs, throughput = [], None
     for seed in seeds or [0]:
-        algo = _config(setup, config_file, seed).build_algo()
+        algo = _config(setup, config_file, seed, device).build_algo()
         try:
             if seeds:
                 print(f"  {setup['setup']}: seed {seed} to {target:g} ...", file=sys.stderr, flush=True)
@@ -128,10 +143,16 @@ def _zero_rollout(envs: int, steps: int, device: str):
 
     flags = zeros(steps, envs, dtype=torch.bool)
     return Rollout(
-        obs=zeros(steps, envs, 4), actions=zeros(steps, envs, dtype=torch.int64), logp=zeros(steps, envs),
-        dist_inputs=zeros(steps, envs, 2), rewards=zeros(steps, envs), terminated=flags, truncated=flags, valid=flags,
+        obs=zeros(steps, envs, 4),
+        actions=zeros(steps, envs, dtype=torch.int64),
+        logp=zeros(steps, envs),
+        dist_inputs=zeros(steps, envs, 2),
+        rewards=zeros(steps, envs),
+        terminated=flags,
+        truncated=flags,
+        valid=flags,
         last_obs=zeros(envs, 4),
-    )  # fmt: skip
+    )
 
 
 def rollout_trips(device: str = "cpu", repeats: int = 10) -> list[dict]:
@@ -140,7 +161,7 @@ def rollout_trips(device: str = "cpu", repeats: int = 10) -> list[dict]:
 
     from rllib_gpuenv.rllib.rollout import Rollout
 
-    @ray.remote(num_cpus=0)
+    @ray.remote(num_cpus=0, num_gpus=0 if device == "cpu" else 0.5)
     class Learner:
         def take(self, rollout: Rollout) -> int:
             return rollout.to(device).num_env_steps
@@ -148,7 +169,7 @@ def rollout_trips(device: str = "cpu", repeats: int = 10) -> list[dict]:
     learner = Learner.remote()
     rows = []
     for envs, steps in TRIP_SHAPES:
-        rollout = _zero_rollout(envs, steps, device)
+        rollout = _zero_rollout(envs, steps, device)  # on the sending runner's device
         size = sum(t.numel() * t.element_size() for t in vars(rollout).values() if t is not None)
         ray.get(learner.take.remote(rollout.to("cpu")))  # warm-up
         start = time.perf_counter()
@@ -166,8 +187,17 @@ def rollout_trips(device: str = "cpu", repeats: int = 10) -> list[dict]:
     return rows
 
 
-def run(counts: list[int], seeds: list[int], iterations: int = 5, target: float = 475.0, budget_s: float = 120.0,
-        config_file: str | None = None, out_dir: str = "bench_results", plot: bool = False) -> list[dict]:  # fmt: skip
+def run(
+    counts: list[int],
+    seeds: list[int],
+    iterations: int = 5,
+    target: float = 475.0,
+    budget_s: float = 120.0,
+    config_file: str | None = None,
+    out_dir: str = "bench_results",
+    plot: bool = False,
+    device: str = "cpu",
+) -> list[dict]:
     """Every setup's throughput, then its time to target per seed; print the table, write the results."""
     import ray
 
@@ -178,7 +208,7 @@ def run(counts: list[int], seeds: list[int], iterations: int = 5, target: float 
         address="local", num_cpus=max(cores, needed), include_dashboard=False, log_to_driver=False, ignore_reinit_error=True
     )
     for row in rows:
-        row.update(measure(row, config_file, seeds, iterations, target, budget_s))
+        row.update(measure(row, config_file, seeds, iterations, target, budget_s, device))
     one = next((r for r in rows if r["layout"] == "colocated" and r["learners"] == 1), rows[0])
     for row in rows:
         row["vs_local"] = row["env_steps_per_s"] / rows[0]["env_steps_per_s"]
@@ -187,12 +217,22 @@ def run(counts: list[int], seeds: list[int], iterations: int = 5, target: float 
         f"Ray given {max(cores, needed)} CPUs on a machine with {cores} cores; one CPU per learner and per env runner\n"
         + table(rows, target)
     )
-    trips = rollout_trips()
+    trips = rollout_trips(device)
     lines = [[f"{t['envs']} x {t['steps']}", f"{t['megabytes']:.2f}", f"{t['ms_per_trip']:.2f}"] for t in trips]
     print("\na rollout's trip from an env runner to a learner (separate layout; none when colocated)")
     print(format_table(["envs x steps", "MB", "ms per trip"], lines))
-    meta = {"counts": counts, "seeds": seeds, "iterations": iterations, "target": target, "budget_s": budget_s,
-            "config_file": config_file, "ray_cpus": max(cores, needed), "cores": cores, "rollout_trips": trips}  # fmt: skip
+    meta = {
+        "counts": counts,
+        "seeds": seeds,
+        "iterations": iterations,
+        "target": target,
+        "budget_s": budget_s,
+        "config_file": config_file,
+        "ray_cpus": max(cores, needed),
+        "cores": cores,
+        "rollout_trips": trips,
+        "device": device,
+    }
     report(rows, out_dir, "learners", meta, plot=(lambda: plot_learners(rows, out_dir)) if plot else None)
     return rows
 
@@ -202,8 +242,17 @@ def table(rows: list[dict], target: float) -> str:
     lines = []
     for r in rows:
         to_target = "-" if r["median_s_to_target"] is None else f"{r['median_s_to_target']:.1f}"
-        lines.append([r["setup"], r["env_steps_per_iteration"], f"{r['env_steps_per_s']:,.0f}", f"{r['vs_local']:.2f}x",
-                      f"{r['weak_scaling']:.2f}", to_target, r["reached"]])  # fmt: skip
+        lines.append(
+            [
+                r["setup"],
+                r["env_steps_per_iteration"],
+                f"{r['env_steps_per_s']:,.0f}",
+                f"{r['vs_local']:.2f}x",
+                f"{r['weak_scaling']:.2f}",
+                to_target,
+                r["reached"],
+            ]
+        )
     return format_table(headers, lines)
 
 
@@ -231,8 +280,24 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--config-file", metavar="PATH", help="the experiment file (default: the main job's, gpu_cartpole_ppo.yaml)"
     )
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cuda: a GPU per colocated learner; separate: each env runner shares a GPU with a learner",
+    )
 
 
 def run_from_args(args) -> None:
     seeds = parse_sizes(args.seeds) if args.seeds else []
-    run(parse_sizes(args.learners), seeds, args.iterations, args.target, args.budget, args.config_file, args.out, args.plot)
+    run(
+        parse_sizes(args.learners),
+        seeds,
+        args.iterations,
+        args.target,
+        args.budget,
+        args.config_file,
+        args.out,
+        args.plot,
+        args.device,
+    )

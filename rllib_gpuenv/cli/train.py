@@ -220,6 +220,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _command(args) -> int:
-    train(args.config_file, args.device, args.seed, args.target, args.max_iterations, args.storage_path, args.progress_bar,
-          args.num_learners)  # fmt: skip
+    train(
+        args.config_file,
+        args.device,
+        args.seed,
+        args.target,
+        args.max_iterations,
+        args.storage_path,
+        args.progress_bar,
+        args.num_learners,
+    )
     return 0

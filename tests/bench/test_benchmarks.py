@@ -302,8 +302,22 @@ def test_learners(tmp_path):
           config: {num_envs_per_env_runner: 16, device_rollouts: {rollout_length: 8}, minibatch_size: 64, num_epochs: 1}
     """)
     )
-    out = bench(tmp_path, "learners", "--learners", "2", "--seeds", "0", "--iterations", "1", "--target", "15",
-                "--budget", "60", "--config-file", str(config))  # fmt: skip
+    out = bench(
+        tmp_path,
+        "learners",
+        "--learners",
+        "2",
+        "--seeds",
+        "0",
+        "--iterations",
+        "1",
+        "--target",
+        "15",
+        "--budget",
+        "60",
+        "--config-file",
+        str(config),
+    )
     assert "a rollout's trip from an env runner to a learner" in out.stdout
     rows = outputs(tmp_path, "learners")["rows"]
     assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2), ("separate", 2)]
