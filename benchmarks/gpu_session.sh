@@ -27,7 +27,7 @@ pack)
     mkdir -p "$(git rev-parse --git-dir)/info"  # the shared script lists .whl/ in info/exclude
     bash ../shared/device/pack-ray-wheels.sh
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
-        pytest pluggy iniconfig tqdm
+        pytest pluggy iniconfig tqdm pytest-xdist execnet
     du -sh .whl
     ;;
 run)
@@ -56,7 +56,7 @@ run)
     } | tee "$RES/machine.txt"
     for stage in $stages; do
         case $stage in
-        tests) python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/backends/test_cuda_compile.py tests/rllib/test_host_reads.py \
+        tests) python3 -m pytest -q -n 0 -p no:cacheprovider -rs tests/test_gpu.py tests/backends/test_cuda_compile.py tests/rllib/test_host_reads.py \
                    tests/backends/test_backends_agree.py tests/backends/test_numba_cuda_sim.py 2>&1 | tee "$RES/tests.txt" | tail -25 ;;
         bench)
             bench . block_size block-size --num-envs 65536,1048576,16777216

@@ -88,7 +88,7 @@ def test_block_size_without_a_gpu_says_so(tmp_path):
 
 def test_training_curves(tmp_path):
     contenders = ["device", "stock-runner", "stock-rllib", "sb3"]  # stock-rllib-8envs: stock-rllib's path, another file
-    out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "20")
+    out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "10")
     assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
     assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
     result = outputs(tmp_path, "training")
