@@ -87,7 +87,8 @@ def test_block_size_without_a_gpu_says_so(tmp_path):
 
 
 def test_training_curves(tmp_path):
-    contenders = ["device", "stock-runner", "stock-rllib", "sb3"]  # stock-rllib-8envs: stock-rllib's path, another file
+    # stock-runner and stock-rllib-8envs take stock-rllib's path with other files (which load in test_experiment_files)
+    contenders = ["device", "stock-rllib", "sb3"]
     out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "10")
     assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
     assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
@@ -100,8 +101,8 @@ def test_training_curves(tmp_path):
 
 
 def test_training_curves_pendulum_ppo(tmp_path):
-    """Continuous PPO: ours (the shipped Pendulum file) and SB3 with RL-Zoo's settings (stock RLlib's
-    runs take the path test_training_curves covers; its file loads in test_rllib_cli)."""
+    """Continuous PPO: ours (the shipped Pendulum file); stock RLlib's and SB3's runs take the paths
+    test_training_curves covers (their settings load in test_experiment_files)."""
     out = bench(
         tmp_path,
         "training",
@@ -109,7 +110,6 @@ def test_training_curves_pendulum_ppo(tmp_path):
         "pendulum-ppo",
         "--contenders",
         "device",
-        "sb3",
         "--seeds",
         "0",
         "--target",
@@ -122,7 +122,7 @@ def test_training_curves_pendulum_ppo(tmp_path):
         and "lowest return after -1300" in out.stdout
     )
     result = outputs(tmp_path, "training_pendulum-ppo")
-    assert result["meta"]["task"] == "pendulum-ppo" and [r["contender"] for r in result["rows"]] == ["device", "sb3"]
+    assert result["meta"]["task"] == "pendulum-ppo" and [r["contender"] for r in result["rows"]] == ["device"]
     assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
     assert result["rows"][0]["config_file"].endswith("gpu_pendulum_ppo.yaml")
 

@@ -87,6 +87,21 @@ def test_colocated_ppo_learners_step_their_own_envs_and_train_in_step():
         algo.stop()
 
 
+def test_evaluation_of_colocated_learners_plays_the_trained_policy_on_its_own_envs():
+    """RLlib's evaluation syncs the learners' weights to its runner, which has envs of its own."""
+    config = ppo().evaluation(evaluation_interval=1, evaluation_duration=8, evaluation_duration_unit="episodes")
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        evaluation = result["evaluation"]["env_runners"]
+        assert evaluation["num_episodes"] == 8 and evaluation["episode_return_mean"] > 0
+        module = algo.eval_env_runner.module.state_dict()
+        trained = algo.call_learners(_weights)[0]
+        assert all(torch.equal(module[k].cpu(), trained[k]) for k in module)  # the actor, as the learners have it
+    finally:
+        algo.stop()
+
+
 def test_colocated_learners_resume_exactly_with_rllibs_default_kl_loss(tmp_path):
     config = ppo()
     assert config.use_kl_loss  # RLlib's default: the adaptive KL coefficient is learner state

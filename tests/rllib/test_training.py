@@ -329,9 +329,8 @@ def test_a_hung_remote_runner_does_not_hang_training(algorithm):
     try:
         before = algo.train()["env_runners"]["num_env_steps_sampled_lifetime"]
         os.kill(pids[0], signal.SIGSTOP)
-        steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(2)]
-        per_runner = 8 * 8
-        assert steps[0] - before == per_runner and steps[1] - steps[0] == per_runner  # only the answering runner
+        after = algo.train()["env_runners"]["num_env_steps_sampled_lifetime"]
+        assert after - before == 8 * 8  # only the answering runner's rollout
     finally:
         os.kill(pids[0], signal.SIGCONT)
         algo.stop()
