@@ -260,8 +260,8 @@ def plot_learners(rows: list[dict], out_dir: str) -> str:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
     names = [r["setup"] for r in rows]
-    axes[0].barh(names, [r["env_steps_per_s"] for r in rows])
-    axes[0].set(xlabel="env-steps/s, learning included", title="Training throughput")
+    axes[0].barh(names, [r["env_steps_per_s"] / 1e3 for r in rows])
+    axes[0].set(xlabel="thousand env-steps/s, learning included", title="Training throughput")
     axes[1].barh(names, [r["median_s_to_target"] or 0 for r in rows])
     axes[1].set(xlabel="seconds to the target (median; 0: not reached)", title="Time to target")
     for ax in axes:

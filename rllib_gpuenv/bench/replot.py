@@ -57,12 +57,20 @@ def _sampling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     return sampling.summary(rows), sampling.plot_sampling(rows, out_dir)
 
 
+def _learners(result: dict, out_dir: str, name: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import learners
+
+    rows = result["rows"]
+    return learners.table(rows, result["meta"]["target"]), learners.plot_learners(rows, out_dir)
+
+
 REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "scaling": _scaling,
     "training": _training,
     "breakdown": _breakdown,
     "workload": _workload,
     "sampling": _sampling,
+    "learners": _learners,
 }
 
 
