@@ -229,14 +229,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-steps", type=int, default=100_000, help="give up when episodes last longer (default: %(default)s)"
     )
-    parser.set_defaults(func=lambda args: _command(args, parser))
+    parser.set_defaults(func=_command)
 
 
-def _command(args, parser: argparse.ArgumentParser) -> int:
-    try:
-        result = evaluate(args.checkpoint, args.episodes, args.device, args.video, args.seed, args.max_steps)
-    except (EvaluationError, ValueError) as err:
-        parser.error(str(err))
+def _command(args) -> int:
+    """A mistake (EvaluationError, a ValueError) ends as one line through the command's ``run_command``."""
+    result = evaluate(args.checkpoint, args.episodes, args.device, args.video, args.seed, args.max_steps)
     print(result.summary())
     if result.video:
         print(f"video of env 0's episode ({result.frames} frames) written to {result.video}")

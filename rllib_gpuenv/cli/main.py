@@ -10,6 +10,8 @@ import sys
 
 from rllib_gpuenv.bench import BENCHMARKS
 from rllib_gpuenv.cli import evaluate, train
+from rllib_gpuenv.cli.errors import run_command
+from rllib_gpuenv.cli.quiet import quiet_start
 
 
 def _add_benchmarks(subparsers) -> None:
@@ -38,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
-    result = args.func(args)
-    return int(result or 0)
+    quiet_start()
+    return run_command("rllib-gpuenv", args.func, args)
 
 
 if __name__ == "__main__":

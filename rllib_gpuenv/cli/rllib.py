@@ -25,6 +25,8 @@ import sys
 
 import yaml
 
+from rllib_gpuenv.cli.errors import run_command
+from rllib_gpuenv.cli.quiet import SETUP_HOOK, quiet_start
 from rllib_gpuenv.experiments.errors import ExperimentError
 
 logger = logging.getLogger(__name__)
@@ -198,7 +200,14 @@ def train_command(args) -> int:
     # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
     # own, never some other `ray start` cluster that happens to run on this machine.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
-    ray.init(address=address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus, ignore_reinit_error=True)
+    ray.init(
+        address=address,
+        num_cpus=args.ray_num_cpus,
+        num_gpus=args.ray_num_gpus,
+        ignore_reinit_error=True,
+        # A Ray of our own: its trial processes start quietly too (a cluster's job keeps its own runtime env).
+        runtime_env={"worker_process_setup_hook": SETUP_HOOK} if address == "local" else None,
+    )
     for experiment in experiments:  # all of them fit, or none runs
         if experiment.resource_search is None:
             check_fits_cluster(experiment)
@@ -224,12 +233,8 @@ def train_command(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ExperimentError as err:  # one line per mistake
-        for line in str(err).splitlines():
-            print(f"rllib: error: {line}", file=sys.stderr)
-        return 2
+    quiet_start()
+    return run_command("rllib", args.func, args)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import logging
 import os
 import time
 
+from rllib_gpuenv.cli.errors import StopAfterThisIteration
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
@@ -120,11 +121,16 @@ def train(
     storage_path: str = DEFAULT_STORAGE_PATH,
     progress_bar: bool | None = None,
     num_learners: int | None = None,
+    resume: str | os.PathLike | None = None,
 ) -> TrainingRun:
     """Train until the stop criteria (the target return, the iteration limit); log every
     iteration; save a checkpoint. Returns where the results are. ``num_learners``: that many
     learners, each stepping the file's envs per env runner on its own device (a GPU each where
-    ``device`` is a GPU), their gradients all-reduced."""
+    ``device`` is a GPU), their gradients all-reduced. ``resume``: a checkpoint of an earlier
+    run to go on from (its algorithm and settings; the file's stop criteria).
+
+    Ctrl-C stops after the iteration that is running, saves the checkpoint and says how to go
+    on from it; a second Ctrl-C quits at once."""
     import ray
 
     experiment = load_config(config_file, device=device, seed=seed)
@@ -145,7 +151,14 @@ def train(
     directory = os.path.abspath(os.path.join(storage_path, f"{name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"))
 
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
-    algo = config.build_algo()
+    if resume is not None:
+        from ray.rllib.algorithms.algorithm import Algorithm
+
+        algo = Algorithm.from_checkpoint(os.path.abspath(resume))
+        config = algo.config
+        print(f"resuming {resume} at iteration {algo.iteration}")
+    else:
+        algo = config.build_algo()
     loggers = ResultLoggers(directory, config.to_dict())
     criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
     print(
@@ -156,17 +169,20 @@ def train(
     progress = IterationLines(stop["training_iteration"], target, bar=progress_bar)
     failed = True
     try:
-        while True:
-            start = time.perf_counter()
-            result = algo.train()
-            progress.update(result, time.perf_counter() - start)
-            loggers.log(result["training_iteration"], result)
-            if _stop_reached(result, stop):
-                break
+        with StopAfterThisIteration() as interrupt:
+            while True:
+                start = time.perf_counter()
+                result = algo.train()
+                progress.update(result, time.perf_counter() - start)
+                loggers.log(result["training_iteration"], result)
+                if _stop_reached(result, stop) or interrupt.requested:
+                    break
         progress.close()
         ret, elapsed = lookup(result, RETURN_METRIC, float("nan")), result.get("time_total_s", float("nan"))
         reached = ret >= target
-        if reached:
+        if interrupt.requested and not reached:
+            print(f"interrupted after {result['training_iteration']} iterations ({elapsed:.1f} s) at mean return {ret:.1f}")
+        elif reached:
             print(
                 f"reached mean return {ret:.1f} >= {target:g} in {elapsed:.1f} s ({result['training_iteration']} iterations)"
             )
@@ -177,6 +193,8 @@ def train(
             )
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
         print(f"checkpoint saved to {checkpoint}")
+        if interrupt.requested and not reached:
+            print(f"go on from it with: rllib-gpuenv train --resume {checkpoint}")
         print(f"metrics in {directory}/progress.csv; TensorBoard: tensorboard --logdir {directory}")
         failed = False
         return TrainingRun(directory, checkpoint, reached)
@@ -216,6 +234,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="that many learners (Ray actors), each stepping the file's envs on its own device (a GPU each where the "
         "device is a GPU), gradients all-reduced (default: the file's, one learner in this process)",
     )
+    parser.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="go on from a checkpoint of an earlier run (its settings; the file's stop criteria), e.g. the one Ctrl-C saved",
+    )
     parser.set_defaults(func=_command)
 
 
@@ -229,5 +252,6 @@ def _command(args) -> int:
         args.storage_path,
         args.progress_bar,
         args.num_learners,
+        args.resume,
     )
     return 0

@@ -143,9 +143,11 @@ def test_device_dqn_trains_from_the_command_line_with_its_tuned_defaults(tmp_pat
 
 
 def test_old_tuned_example_files(tmp_path):
-    """Old-format files of PPO, DQN, APPO, an IMPALA grid search and Pendulum PPO run an
-    iteration each, in one `rllib train` (-f, -v: each trial's config printed)."""
-    files = sorted(glob.glob(os.path.join(OLD_EXPERIMENTS, "*.yaml")))
+    """Old-format files of PPO, DQN and an IMPALA grid search run an iteration each, in one
+    `rllib train` (-f, -v: each trial's config printed). The APPO and Pendulum PPO files are
+    translated and checked the same way without Ray (test_experiment_files.py); running them
+    would start RLlib's own algorithms again at a minute's cost."""
+    files = [os.path.join(OLD_EXPERIMENTS, f"{name}.yaml") for name in ("cartpole-dqn", "cartpole-impala", "cartpole-ppo")]
     args = [a for f in files for a in ("-f", f)]
     out = rllib(
         "train",
@@ -161,13 +163,7 @@ def test_old_tuned_example_files(tmp_path):
         "3",
     )
     assert out.returncode == 0, out.stderr[-5000:]
-    expected_trials = {
-        "cartpole-ppo": 1,
-        "cartpole-dqn": 1,
-        "cartpole-appo-vtrace": 1,
-        "cartpole-impala": 2,
-        "pendulum-ppo": 1,
-    }
+    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1, "cartpole-impala": 2}
     for name, trials in expected_trials.items():
         progress = trial_progress(tmp_path / name)
         assert len(progress) == trials and all(len(rows) == 1 for rows in progress), name
@@ -185,9 +181,9 @@ def test_old_tuned_example_files(tmp_path):
             "observation_filter: MeanStdFilter is applied as RLlib's MeanStdFilter env-to-module connector" in w
             for w in warnings
         )
-        == 3
+        == 1
     )
-    assert out.stdout.count(" config:\n") == 6  # -v: one config per trial
+    assert out.stdout.count(" config:\n") == 4  # -v: one config per trial
     for path in files:
         for experiment in load_experiments(path):
             assert_every_reported_metric_is_a_known_stop_metric(tmp_path / experiment.name, experiment.config)

@@ -12,7 +12,9 @@ from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
 
 DQN_FILE = config_file("gpu_cartpole_dqn.yaml")
-SOLVED_WITHIN_ITERATIONS = 150  # seed 0 reaches 475 after 101 iterations (103k env steps; README, DeviceDQN)
+# A short learning test: seed 0 first passes a last-100 mean of 50 at iteration 33 (475 after ~100:
+# `bench training --task cartpole-dqn` measures that, README "DeviceDQN").
+LEARNS_WITHIN_ITERATIONS = 60
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,14 +51,14 @@ def test_the_shipped_file_holds_the_defaults():
     assert not differ, differ
 
 
-def test_device_dqn_solves_cartpole_on_cpu():
+def test_device_dqn_learns_cartpole_on_cpu():
     algo = load_config(DQN_FILE, device="cpu", seed=0).config.build_algo()
     try:
-        for iteration in range(1, SOLVED_WITHIN_ITERATIONS + 1):  # noqa: B007 (read after the loop)
+        for iteration in range(1, LEARNS_WITHIN_ITERATIONS + 1):  # noqa: B007 (read after the loop)
             result = algo.train()
-            if return_mean(result) >= 475:
+            if return_mean(result) >= 50:
                 break
-        assert return_mean(result) >= 475, f"mean return {return_mean(result):.1f} after {iteration} iterations"
+        assert return_mean(result) >= 50, f"mean return {return_mean(result):.1f} after {iteration} iterations"
     finally:
         algo.stop()
 

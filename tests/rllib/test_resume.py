@@ -9,7 +9,7 @@ import ray
 import torch
 
 from rllib_gpuenv.experiments import cartpole_config
-from rllib_gpuenv.rllib import DevicePPO
+from rllib_gpuenv.rllib import DevicePPO, DevicePPOConfig
 from rllib_gpuenv.rllib.checkpointing import CheckpointError
 from tests.helpers import run_python
 
@@ -21,12 +21,13 @@ def ray_local():
     ray.shutdown()
 
 
-def small_config(backend: str):
-    config = (
-        cartpole_config(device="cpu", seed=3)
-        .env_runners(num_envs_per_env_runner=16)
-        .environment(env_config={"backend": backend})
-    )
+def small_config(backend: str, rllib_defaults: bool = False):
+    """The main job's settings at a small size; ``rllib_defaults``: PPO's settings left at RLlib's
+    defaults instead (its adaptive KL loss among them), only the shape set."""
+    config = DevicePPOConfig().environment("GPUCartPole-v1").devices(learner="cpu", env_runners="cpu").debugging(seed=3)
+    if not rllib_defaults:
+        config = cartpole_config(device="cpu", seed=3)
+    config.env_runners(num_envs_per_env_runner=16).environment(env_config={"backend": backend})
     return config.device_rollouts(rollout_length=16).training(minibatch_size=64)
 
 
@@ -38,9 +39,9 @@ def snapshot(algo) -> dict:
     }
 
 
-@pytest.mark.parametrize("backend", ["numba-cpu", "torch"])
-def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backend):
-    algo = small_config(backend).build_algo()
+@pytest.mark.parametrize("backend, rllib_defaults", [("numba-cpu", False), ("torch", False), ("numba-cpu", True)])
+def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backend, rllib_defaults):
+    algo = small_config(backend, rllib_defaults).build_algo()
     try:
         for _ in range(4):
             algo.train()
@@ -62,6 +63,33 @@ def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backen
         assert torch.equal(tensor, got["env"][name]), name
     for name, tensor in expected["weights"].items():
         assert torch.equal(tensor, got["weights"][name]), name
+
+
+def test_device_dqn_with_its_buffer_resumes_exactly(tmp_path):
+    """DeviceDQN at its defaults (the shipped file's), checkpointing its replay buffer: save,
+    then one more iteration equals one iteration of the restored run."""
+    from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
+
+    config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner="cpu", env_runners="cpu").debugging(seed=3)
+    config.device_replay(checkpoint_replay_buffer=True).training(num_steps_sampled_before_learning_starts=256)
+    algo = config.build_algo()
+    try:
+        for _ in range(2):  # 1,024 env steps an iteration: learning has started
+            algo.train()
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+        algo.train()
+        expected = snapshot(algo)
+    finally:
+        algo.stop()
+    restored = DeviceDQN.from_checkpoint(path)
+    try:
+        restored.train()
+        got = snapshot(restored)
+    finally:
+        restored.stop()
+    for part in ("env", "weights"):
+        for name, tensor in expected[part].items():
+            assert torch.equal(tensor, got[part][name]), (part, name)
 
 
 def test_a_damaged_checkpoint_file_is_named(tmp_path):

@@ -41,14 +41,16 @@ def test_stock_rllib_runner_trains_on_our_env():
         algo.stop()
 
 
-def test_device_path_solves_cartpole_on_cpu():
+def test_device_path_learns_cartpole_on_cpu():
+    """A short learning test: seeds 0-2 first pass a last-100 mean of 150 at iterations 20-23
+    (475 after ~160: `bench training` measures that, README "Benchmarks")."""
     algo = cartpole_config(device="cpu", seed=0).build_algo()
     try:
-        for iteration in range(1, 501):  # noqa: B007 (read after the loop)
+        for iteration in range(1, 61):  # noqa: B007 (read after the loop)
             result = algo.train()
-            if return_mean(result) >= 475:
+            if return_mean(result) >= 150:
                 break
-        assert return_mean(result) >= 475, f"mean return {return_mean(result):.1f} after {iteration} iterations"
+        assert return_mean(result) >= 150, f"mean return {return_mean(result):.1f} after {iteration} iterations"
         runner = algo.env_runner
         assert str(runner.env.device) == "cpu" and next(runner.module.parameters()).device.type == "cpu"
         assert result["env_runners"]["num_env_steps_sampled_lifetime"] == iteration * algo.config.device_batch_size

@@ -1,0 +1,97 @@
+"""How a command ends: a user's mistake in one line that names the fix, a missing optional
+dependency in one line that names the ``pip install`` that brings it, Ctrl-C without a traceback.
+
+Both commands (``rllib-gpuenv`` and ``rllib``) run their subcommand through ``run_command``.
+The traceback of an error turned into one line goes to the log at debug level
+(``rllib-gpuenv -v`` shows it).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import sys
+import threading
+
+logger = logging.getLogger(__name__)
+
+# Importable name -> the extra of setup.cfg that installs it.
+EXTRAS = {
+    "imageio": "video",
+    "imageio_ffmpeg": "video",
+    "pygame": "video",
+    "matplotlib": "bench",
+    "stable_baselines3": "bench",
+    "tensorboardX": "tensorboard",
+    "tensorboard": "tensorboard",
+    "numba_cuda": "cuda",
+}
+
+
+def missing_extra(err: BaseException) -> str | None:
+    """The ``pip install`` that fixes ``err`` when it is an optional dependency that is missing."""
+    name = getattr(err, "name", None) or ""
+    text = f"{name} {err}"
+    for module, extra in EXTRAS.items():
+        if re.search(rf"\b{module}\b", text):
+            return f'pip install "rllib_gpuenv[{extra}]"'
+    return None
+
+
+def one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text
+
+
+def run_command(prog: str, func, args) -> int:
+    """``func(args)`` as a command: its return code, or 2 after one line for a user's mistake,
+    130 after Ctrl-C."""
+    from gymnasium.error import DependencyNotInstalled
+
+    from rllib_gpuenv.experiments.errors import ExperimentError
+
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
+    except ExperimentError as err:  # one line per mistake, naming file, experiment and key
+        for line in str(err).splitlines():
+            print(f"{prog}: error: {line}", file=sys.stderr)
+        return 2
+    except (ImportError, DependencyNotInstalled) as err:
+        fix = missing_extra(err)
+        if fix is None:
+            raise
+        logger.debug("the traceback", exc_info=True)
+        print(f"{prog}: error: {one_line(err)}: {fix}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError, MemoryError) as err:  # our checks, RLlib's validate(), a missing file
+        logger.debug("the traceback", exc_info=True)
+        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
+        return 2
+
+
+class StopAfterThisIteration:
+    """Ctrl-C during a training loop: the first asks it to stop after the current iteration (and
+    save); a second quits at once. Use as a context manager around the loop and read ``requested``."""
+
+    def __init__(self, message: str = "stopping after this iteration and saving a checkpoint (Ctrl-C again to quit at once)"):
+        self.message, self.requested, self._previous = message, False, None
+
+    def __enter__(self) -> StopAfterThisIteration:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+            self._previous = signal.signal(signal.SIGINT, self._interrupted)
+        return self
+
+    def _interrupted(self, signum, frame) -> None:
+        if self.requested:
+            signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.requested = True
+        print(f"\n{self.message}", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

@@ -1,0 +1,41 @@
+"""A quiet start for the package's own commands.
+
+Before a command's first line of its own, Ray and RLlib print notices that read as problems and
+are none for these commands: that the algorithm runs on RLlib's new API stack (it is the only
+stack here), that the local Ray instance the command started uses token authentication (it is
+private to the command), that ``RLModule(config=...)`` is deprecated (RLlib 2.60's own
+``RLModule.__init__`` builds the deprecated config object for every module: the package does
+not pass one), and that gputil is not installed (GPU monitoring the commands do not use).
+``quiet_start`` filters exactly these messages from their loggers, in this process and, through
+Ray's ``worker_process_setup_hook``, in the Ray workers the command starts. It is never applied
+on import: a user's own script keeps every message.
+"""
+
+from __future__ import annotations
+
+import logging
+
+NOTICES = {
+    "ray.rllib.algorithms.algorithm_config": "on the new API stack! This is the new default behavior",
+    "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster",
+    "ray._common.deprecation": "`RLModule(config=[RLModuleConfig object])` has been deprecated",
+    "ray.tune.utils.util": "Install gputil for GPU system monitoring",
+}
+SETUP_HOOK = f"{__name__}.quiet_start"  # for ray.init(runtime_env={"worker_process_setup_hook": ...})
+
+
+class _DropNotice(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+def quiet_start() -> None:
+    """Filter the notices from their loggers (once per process)."""
+    for name, text in NOTICES.items():
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _DropNotice) for f in target.filters):
+            target.addFilter(_DropNotice(text))

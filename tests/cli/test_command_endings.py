@@ -1,0 +1,81 @@
+"""How the commands end: a user's mistake or a missing extra in one line, Ctrl-C that saves
+and says how to go on (the main job), and a resumed run that goes on where it stopped."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import ROOT
+
+TINY = """
+tiny:
+  run: DevicePPO
+  env: GPUCartPole-v1
+  stop: {env_runners/episode_return_mean: 475, training_iteration: 100000}
+  config:
+    seed: 0
+    num_envs_per_env_runner: 16
+    device_rollouts: {rollout_length: 8}
+    minibatch_size: 64
+    num_epochs: 1
+"""
+DEVICE_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
+
+
+def command(*args, code: str | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """``rllib-gpuenv ARGS`` in a fresh interpreter (``code`` runs first, e.g. to take a package away)."""
+    run = f"{code or ''}\nimport sys\nfrom rllib_gpuenv.cli.main import main\nsys.exit(main({list(args)!r}))"
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, env=env, cwd=ROOT, **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_gpu_that_is_not_there_is_one_line():
+    out = command("train", "--device", "cuda", "--max-iterations", "1")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()], out.stderr  # one line, no traceback
+    assert re.match(r"rllib-gpuenv: error: device 'cuda' asked for, but this machine has no CUDA GPU", out.stderr)
+
+
+def test_a_missing_video_extra_is_one_line_naming_the_install(tmp_path):
+    out = command(
+        "evaluate", DEVICE_CHECKPOINT, "--episodes", "1", "--device", "cpu", "--video", str(tmp_path / "x.gif"),
+        code="import sys; sys.modules['pygame'] = None  # as if the video extra were not installed",
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("rllib-gpuenv: error: ") and line.endswith('pip install "rllib_gpuenv[video]"'), line
+
+
+def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    args = ["train", "--config-file", str(tmp_path / "tiny.yaml"), "--device", "cpu", "--storage-path", str(tmp_path)]
+    run = f"import sys\nfrom rllib_gpuenv.cli.main import main\nsys.exit(main({args!r}))"
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    job = subprocess.Popen(
+        [sys.executable, "-c", run], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+    try:
+        deadline = time.monotonic() + 600  # a hang guard only: the test waits for the first iteration's line
+        while not job.stdout.readline().startswith("iter "):
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=600)
+    finally:
+        job.kill()
+    assert job.returncode == 0 and "Traceback" not in err, err[-3000:]
+    assert "stopping after this iteration and saving a checkpoint (Ctrl-C again to quit at once)" in err
+    stopped_at = int(re.search(r"interrupted after (\d+) iterations", out).group(1))
+    checkpoint = re.search(r"checkpoint saved to (\S+)", out).group(1)
+    assert f"go on from it with: rllib-gpuenv train --resume {checkpoint}" in out
+
+    resumed = command(*args, "--resume", checkpoint, "--max-iterations", str(stopped_at + 1))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming {checkpoint} at iteration {stopped_at}" in resumed.stdout
+    assert [line.split()[1] for line in resumed.stdout.splitlines() if line.startswith("iter ")] == [str(stopped_at + 1)]
