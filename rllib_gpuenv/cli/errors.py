@@ -30,12 +30,12 @@ EXTRAS = {
 
 
 def missing_extra(err: BaseException) -> str | None:
-    """The ``pip install`` that fixes ``err`` when it is an optional dependency that is missing."""
-    name = getattr(err, "name", None) or ""
-    text = f"{name} {err}"
+    """What to say when ``err`` is an optional dependency that is missing: the module and the
+    ``pip install`` of the extra that brings it (None for anything else)."""
+    text = f"{getattr(err, 'name', None) or ''} {err}"
     for module, extra in EXTRAS.items():
         if re.search(rf"\b{module}\b", text):
-            return f'pip install "rllib_gpuenv[{extra}]"'
+            return f'{module} is not installed: pip install "rllib_gpuenv[{extra}]"'
     return None
 
 
@@ -61,11 +61,11 @@ def run_command(prog: str, func, args) -> int:
             print(f"{prog}: error: {line}", file=sys.stderr)
         return 2
     except (ImportError, DependencyNotInstalled) as err:
-        fix = missing_extra(err)
-        if fix is None:
+        missing = missing_extra(err)
+        if missing is None:
             raise
         logger.debug("the traceback", exc_info=True)
-        print(f"{prog}: error: {one_line(err)}: {fix}", file=sys.stderr)
+        print(f"{prog}: error: {missing}", file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError, MemoryError) as err:  # our checks, RLlib's validate(), a missing file
         logger.debug("the traceback", exc_info=True)

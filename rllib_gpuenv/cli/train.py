@@ -149,6 +149,8 @@ def train(
     stop.setdefault("training_iteration", DEFAULT_MAX_ITERATIONS)
     target = stop[RETURN_METRIC]
     directory = os.path.abspath(os.path.join(storage_path, f"{name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"))
+    if resume is None:
+        config.copy(copy_frozen=False).validate()  # a device or setting that cannot work fails before Ray starts
 
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     if resume is not None:

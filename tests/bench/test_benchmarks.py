@@ -87,8 +87,9 @@ def test_block_size_without_a_gpu_says_so(tmp_path):
 
 
 def test_training_curves(tmp_path):
-    # stock-runner and stock-rllib-8envs take stock-rllib's path with other files (which load in test_experiment_files)
-    contenders = ["device", "stock-rllib", "sb3"]
+    # Every RLlib contender (stock-runner, stock-rllib, stock-rllib-8envs) takes the device's path with
+    # another experiment file, and those files load in test_experiment_files: one RLlib run and SB3's.
+    contenders = ["device", "sb3"]
     out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "10")
     assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
     assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout

@@ -39,18 +39,25 @@ def command(*args, code: str | None = None, **kwargs) -> subprocess.CompletedPro
 def test_a_gpu_that_is_not_there_is_one_line():
     out = command("train", "--device", "cuda", "--max-iterations", "1")
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [out.stderr.strip()], out.stderr  # one line, no traceback
-    assert re.match(r"rllib-gpuenv: error: device 'cuda' asked for, but this machine has no CUDA GPU", out.stderr)
+    (line,) = out.stderr.strip().splitlines()  # one line, no traceback: before Ray starts
+    assert re.match(r"rllib-gpuenv: error: device 'cuda' asked for, but this machine has no CUDA GPU", line), line
 
 
 def test_a_missing_video_extra_is_one_line_naming_the_install(tmp_path):
     out = command(
-        "evaluate", DEVICE_CHECKPOINT, "--episodes", "1", "--device", "cpu", "--video", str(tmp_path / "x.gif"),
+        "evaluate",
+        DEVICE_CHECKPOINT,
+        "--episodes",
+        "1",
+        "--device",
+        "cpu",
+        "--video",
+        str(tmp_path / "x.gif"),
         code="import sys; sys.modules['pygame'] = None  # as if the video extra were not installed",
-    )  # fmt: skip
-    assert out.returncode == 2, out.stderr[-3000:]
-    (line,) = out.stderr.strip().splitlines()
-    assert line.startswith("rllib-gpuenv: error: ") and line.endswith('pip install "rllib_gpuenv[video]"'), line
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    line = out.stderr.strip().splitlines()[-1]  # after the log line that says what it evaluates
+    assert line == 'rllib-gpuenv: error: pygame is not installed: pip install "rllib_gpuenv[video]"', line
 
 
 def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
@@ -79,3 +86,41 @@ def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming {checkpoint} at iteration {stopped_at}" in resumed.stdout
     assert [line.split()[1] for line in resumed.stdout.splitlines() if line.startswith("iter ")] == [str(stopped_at + 1)]
+
+
+NOTICES = ("on the new API stack!", "Token authentication is enabled", "RLModule(config=", "Install gputil")
+
+
+def test_the_main_job_starts_quietly(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    out = command(
+        "train",
+        "--config-file",
+        str(tmp_path / "tiny.yaml"),
+        "--device",
+        "cpu",
+        "--max-iterations",
+        "1",
+        "--storage-path",
+        str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [n for n in NOTICES if n in out.stdout + out.stderr] == [], out.stderr[-3000:]
+
+
+def test_a_users_own_script_keeps_every_notice():
+    """Importing the package (or running its algorithms) filters nothing: only its commands do."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import logging, rllib_gpuenv.rllib, rllib_gpuenv.cli.main\n"
+            "from rllib_gpuenv.cli.quiet import NOTICES\n"
+            "print(sum(len(logging.getLogger(name).filters) for name in NOTICES))",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "0", proc.stderr[-2000:]
