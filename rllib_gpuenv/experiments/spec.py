@@ -25,6 +25,8 @@ import difflib
 import logging
 import os
 import runpy
+import sys
+import traceback
 from typing import Any
 
 import yaml
@@ -171,10 +173,30 @@ def load_experiments(
     return loaded
 
 
+def run_python_file(path: str) -> dict:
+    """A Python experiment file's names, the file run as a module (its ``__main__`` block not
+    run) with an argv of its own: RLlib's example scripts parse their command line when they
+    load, and must see their own defaults, not ``rllib train``'s options. Anything it raises is
+    one ``ExperimentError`` naming the file and line (RLlib's message for an old API call names
+    the new one)."""
+    argv = sys.argv
+    sys.argv = [path]
+    try:
+        return runpy.run_path(path)
+    except SystemExit as err:  # its argument parser gave up (it printed why)
+        raise ExperimentError(f"{path}: exited while it loaded (exit status {err.code})") from None
+    except Exception as err:  # noqa: BLE001 (whatever the file raises: name the file and the line)
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
+        line = f":{frames[-1].lineno}" if frames else ""
+        raise ExperimentError(f"{path}{line}: {type(err).__name__}: {one_line(err)}") from None
+    finally:
+        sys.argv = argv
+
+
 def _python_experiment(path: str, config_overrides=None, stop_overrides=None, allow_no_stop=False) -> Experiment:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
-    namespace = runpy.run_path(path)
+    namespace = run_python_file(path)
     name = str(namespace.get("name") or os.path.splitext(os.path.basename(path))[0])
     where = experiment_where(path, name)
     check_name(name, where)

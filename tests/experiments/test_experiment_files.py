@@ -2,6 +2,7 @@
 
 import logging
 import os
+import sys
 
 import gymnasium as gym
 import pytest
@@ -386,3 +387,43 @@ def test_asking_for_more_than_the_cluster_has_fails_at_once():
     ):
         check_fits_cluster(exp, cluster={"CPU": 2.0})
     check_fits_cluster(inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 1}, stop), cluster={"CPU": 2.0})
+
+
+def test_a_python_file_that_parses_its_own_command_line_sees_its_own(tmp_path, monkeypatch):
+    """RLlib's example scripts parse their arguments when they load; `rllib train`'s options are not theirs."""
+    path = write(
+        tmp_path,
+        """
+        import argparse
+        from rllib_gpuenv.rllib import DevicePPOConfig
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--stop-iters", type=int, default=2)
+        args = parser.parse_args()
+        config = DevicePPOConfig().environment("GPUCartPole-v1").training(minibatch_size=64)
+        stop = {"training_iteration": args.stop_iters}
+        if __name__ == "__main__":
+            raise SystemExit("its own main block does not run")
+        """,
+        name="example.py",
+    )
+    monkeypatch.setattr(sys, "argv", ["rllib", "train", "file", path, "--stop", '{"training_iteration": 1}'])
+    (experiment,) = load_experiments(path)
+    assert experiment.stop == {"training_iteration": 2}
+
+
+def test_an_error_while_a_python_file_runs_names_the_file_and_line(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        from ray.rllib.algorithms.ppo import PPOConfig
+        config = PPOConfig().environment("CartPole-v1")
+        config = config.rollouts(num_rollout_workers=1)  # Ray 2.x's name
+        """,
+        name="old.py",
+    )
+    with pytest.raises(ExperimentError) as caught:
+        load_experiments(path)
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"{path}:4: ValueError: `rollouts` has been deprecated. Use `AlgorithmConfig.env_runners(..)`"), (
+        line
+    )
