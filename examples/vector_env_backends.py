@@ -31,7 +31,7 @@ space.seed(0)
 actions = torch.stack([torch.as_tensor(space.sample()) for _ in range(args.steps)])
 finals = {}
 for backend in available_backends(device):
-    env = make_vector_env(args.env, args.num_envs, backend=backend, device=device, dtype="float64")
+    env = make_vector_env(args.env, args.num_envs, backend=backend, device=device, dtype="float64", episode_statistics=True)
     env.reset(seed=42)
     moved = actions.to(env.device)
     episodes, dones = 0, []

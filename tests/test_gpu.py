@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 def rollout(backend: str, device: str, dtype: str, env_id: str = "GPUCartPole-v1", n: int = 4096, steps: int = 300):
     """States, done flags and episode lengths for one seed and one action sequence."""
-    env = make_vector_env(env_id, n, backend=backend, device=device, dtype=dtype, max_episode_steps=100)
+    env = make_vector_env(
+        env_id, n, backend=backend, device=device, dtype=dtype, max_episode_steps=100, episode_statistics=True
+    )
     env.reset(seed=7)
     env.action_space.seed(3)
     states, flags, lengths = [], [], []
@@ -50,7 +52,9 @@ def test_numba_cuda_float32_tracks_torch_on_the_gpu():
 @pytest.mark.parametrize("env_id", list(ENV_DEFS))
 @pytest.mark.parametrize("backend", ["numba-cuda", "torch"])
 def test_a_step_stays_on_the_gpu_without_a_host_sync(backend, env_id):
-    env = make_vector_env(env_id, 1024, backend=backend, device="cuda", reuse_outputs=True, validate_actions=False)
+    env = make_vector_env(
+        env_id, 1024, backend=backend, device="cuda", reuse_outputs=True, validate_actions=False, episode_statistics=True
+    )
     env.reset(seed=0)
     actions = torch.as_tensor(env.action_space.sample(), device="cuda")
     env.step(actions)  # compile and allocate outside the check

@@ -26,9 +26,10 @@ gymnasium's ``CartPoleVectorEnv`` returns them); ``env.state`` is a ``(num_envs,
 the order of the gymnasium env's ``state``.
 
 ## Episode statistics
-Returns and lengths are accumulated on the device. On the step an episode ends, ``infos``
-carries them in gymnasium's ``RecordEpisodeStatistics`` layout: ``infos["episode"]["r"/"l"]``
-(0 where no episode ended) and the mask ``infos["_episode"]``. With tensor output these are
+Returns and lengths are accumulated on the device. With ``episode_statistics=True`` (the device
+env runner's choice; off by default, as gymnasium's ``RecordEpisodeStatistics`` wrapper writes
+the same keys), on the step an episode ends ``infos`` carries them in that wrapper's layout:
+``infos["episode"]["r"/"l"]`` (0 where no episode ended) and the mask ``infos["_episode"]``. With tensor output these are
 always present (asking "did anything end?" would synchronise a GPU); with numpy output only on
 steps where some episode ended, as in gymnasium.
 """
@@ -99,6 +100,11 @@ class GPUVectorEnv(VectorEnv):
             step, instead of fresh copies (for callers that copy them anyway, like a rollout).
         validate_actions: check action values (range, NaN). On a GPU this reads them back to
             the host each step; turn off for actions that come from a policy.
+        episode_statistics: put the return and length of every episode that ends into
+            ``infos`` (gymnasium's ``RecordEpisodeStatistics`` layout, accumulated on the device).
+            Off by default, as in gymnasium's vector envs: that wrapper, which CleanRL-style
+            code adds, writes the same keys and refuses an env that already does. The device
+            env runner turns it on.
     """
 
     definition: ClassVar[EnvDef]
@@ -120,6 +126,7 @@ class GPUVectorEnv(VectorEnv):
         num_threads: int | None = None,
         reuse_outputs: bool = False,
         validate_actions: bool = True,
+        episode_statistics: bool = False,
         **params: Any,
     ):
         d = self.definition
@@ -144,6 +151,7 @@ class GPUVectorEnv(VectorEnv):
         self.render_mode = render_mode
         self.render_env_index = int(render_env_index)
         self.reuse_outputs = bool(reuse_outputs)
+        self.episode_statistics = bool(episode_statistics)
         self.validate_actions = bool(validate_actions)
         gymnasium_class = d.gymnasium_class()
         if render_mode is not None and gymnasium_class is None:
@@ -381,7 +389,7 @@ class GPUVectorEnv(VectorEnv):
         if self.output == "numpy":
             out = StepOutputs(*(self._to_output(t) for t in out))
         infos = {}
-        if self.output == "torch" or out.final_mask.any():
+        if self.episode_statistics and (self.output == "torch" or out.final_mask.any()):
             ended = out.final_mask
             infos = {"episode": {"r": out.final_return, "l": out.final_length, "_r": ended, "_l": ended}, "_episode": ended}
         return out.obs.T, out.reward, out.terminated, out.truncated, infos

@@ -82,14 +82,23 @@ def make_device_env(
     where they run on numba-cpu; any other gymnasium id is vectorised by gymnasium and wrapped
     in ``DeviceEnv``.
     """
-    env_config = {k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output")}
+    env_config = {
+        k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
+    }
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
         importlib.import_module(env_spec.split(":", 1)[0])
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:
         if num_threads is not None and env_config.get("backend", "auto") in ("auto", "numba-cpu"):
             env_config.setdefault("num_threads", num_threads)
         return make_vector_env(
-            env_spec, num_envs, device=device, output="torch", reuse_outputs=True, validate_actions=False, **env_config
+            env_spec,
+            num_envs,
+            device=device,
+            output="torch",
+            reuse_outputs=True,
+            validate_actions=False,
+            episode_statistics=True,
+            **env_config,
         )
     if not isinstance(env_spec, str):
         raise ValueError(f"the device env runner needs a gymnasium env id, got {env_spec!r}")

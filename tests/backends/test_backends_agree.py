@@ -18,7 +18,7 @@ from rllib_gpuenv.core.jit import single_precision, use_numba
 
 
 def rollout(backend: str, env_id: str = "GPUCartPole-v1", dtype: str = "float64", n: int = 64, steps: int = 200, **kwargs):
-    env = make_vector_env(env_id, n, backend=backend, dtype=dtype, max_episode_steps=50, **kwargs)
+    env = make_vector_env(env_id, n, backend=backend, dtype=dtype, max_episode_steps=50, episode_statistics=True, **kwargs)
     env.reset(seed=123)
     env.action_space.seed(0)
     states, flags, rewards, lengths = [env.state], [], [], []

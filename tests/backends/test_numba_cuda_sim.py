@@ -23,7 +23,8 @@ result = {{}}
 for env_id in ENV_DEFS:
     out = {{}}
     for backend, options in (("numba-cuda", {{"threads_per_block": 16}}), ("torch", {{}})):
-        env = make_vector_env(env_id, 24, backend=backend, device="cpu", dtype="{dtype}", max_episode_steps=6, **options)
+        options.update(device="cpu", dtype="{dtype}", max_episode_steps=6, episode_statistics=True)
+        env = make_vector_env(env_id, 24, backend=backend, **options)
         env.reset(seed=5)
         env.action_space.seed(1)
         states, flags, ends = [], [], []

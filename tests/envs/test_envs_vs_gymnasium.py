@@ -58,7 +58,9 @@ def test_lockstep_with_gymnasium(env_id, dtype, backend):
     gymnasium's single env."""
     steps = 2000 if dtype == "float64" else 400
     max_steps = {"GPUCartPole-v1": 150, "GPUMountainCarContinuous-v0": 250}.get(env_id)  # reach truncations sooner
-    ours = make_vector_env(env_id, 1, backend=backend, dtype=dtype, output="numpy", max_episode_steps=max_steps)
+    ours = make_vector_env(
+        env_id, 1, backend=backend, dtype=dtype, output="numpy", max_episode_steps=max_steps, episode_statistics=True
+    )
     ref = gymnasium_env(env_id)
     rng = np.random.default_rng(0)
     obs, _ = ours.reset(seed=1)

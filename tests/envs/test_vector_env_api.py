@@ -57,7 +57,7 @@ def test_reset_draws_gymnasiums_initial_distribution(env_id):
 
 
 def test_torch_output_stays_on_device_and_numpy_output_is_numpy(backend):
-    env = CartPoleVectorEnv(6, backend=backend)
+    env = CartPoleVectorEnv(6, backend=backend, episode_statistics=True)
     obs, _ = env.reset(seed=0)
     out = env.step(torch.ones(6, dtype=torch.long))
     for x in (obs, *out[:4], *out[4]["episode"].values()):
@@ -97,7 +97,7 @@ def test_unseeded_resets_move_on_and_reset_bounds_option():
 
 
 def test_autoreset_next_step_and_episode_statistics(backend):
-    env = CartPoleVectorEnv(3, backend=backend, max_episode_steps=7)
+    env = CartPoleVectorEnv(3, backend=backend, max_episode_steps=7, episode_statistics=True)
     env.reset(seed=0)
     push_right = torch.ones(3, dtype=torch.long)
     returns = torch.zeros(3)
@@ -117,7 +117,7 @@ def test_autoreset_next_step_and_episode_statistics(backend):
 
 
 def test_numpy_output_reports_episodes_only_when_one_ends():
-    env = CartPoleVectorEnv(2, output="numpy", max_episode_steps=2)
+    env = CartPoleVectorEnv(2, output="numpy", max_episode_steps=2, episode_statistics=True)
     env.reset(seed=0)
     assert env.step([0, 0])[4] == {}
     info = env.step([0, 0])[4]
@@ -183,3 +183,24 @@ def test_render_draws_what_gymnasium_draws_for_the_same_state(env_id):
             ref.last_u = np.clip(action[1], -2.0, 2.0)[0]
         assert np.array_equal(env.render(), ref.render()), t
     env.close()
+
+
+def test_gymnasiums_episode_statistics_wrapper_works_on_every_env_and_agrees_with_ours():
+    """CleanRL-style code wraps the vector env in RecordEpisodeStatistics: our envs leave its keys
+    to it (as gymnasium's own vector envs do) unless asked for their own, which agree with it."""
+    for env_id in ENV_DEFS:
+        wrapped = gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec(env_id, num_envs=4, max_episode_steps=20))
+        ours = make_vector_env(env_id, 4, output="numpy", max_episode_steps=20, episode_statistics=True)
+        wrapped.reset(seed=0), ours.reset(seed=0)
+        ended = 0
+        for _ in range(45):
+            actions = wrapped.action_space.sample()
+            theirs_info, our_info = wrapped.step(actions)[4], ours.step(actions)[4]
+            assert ("episode" in theirs_info) == ("episode" in our_info), env_id
+            if "episode" in our_info:
+                mask = our_info["_episode"]
+                assert (theirs_info["_episode"] == mask).all(), env_id
+                np.testing.assert_allclose(theirs_info["episode"]["r"][mask], our_info["episode"]["r"][mask], rtol=1e-5)
+                assert (theirs_info["episode"]["l"][mask] == our_info["episode"]["l"][mask]).all(), env_id
+                ended += int(mask.sum())
+        assert ended >= 8, env_id  # two time limits of 20 steps in 45, at least
