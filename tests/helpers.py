@@ -20,6 +20,20 @@ ERROR_LINE = re.compile(r"^rllib: error: .+: experiment '[^']+': [^:]+: .+$")
 CPU_BACKENDS = ["torch", "numba-cpu"]
 
 
+def tiny_main_job_file(folder, rollout_length: int = 4, iterations: int = 3) -> str:
+    """A main-job experiment file at a tiny size: 16 envs x ``rollout_length`` steps an iteration
+    (CartPole episodes last at least 8 steps: at 4, the first iteration ends none)."""
+    path = os.path.join(str(folder), "tiny.yaml")
+    with open(path, "w") as f:
+        f.write(
+            "tiny:\n  run: DevicePPO\n  env: GPUCartPole-v1\n"
+            f"  stop: {{env_runners/episode_return_mean: 475, training_iteration: {iterations}}}\n"
+            "  config: {seed: 0, num_envs_per_env_runner: 16, "
+            f"device_rollouts: {{rollout_length: {rollout_length}}}, minibatch_size: 64, num_epochs: 1}}\n"
+        )
+    return path
+
+
 def run_python(code: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (for registration and simulator tests)."""
     full_env = {**os.environ, **(env or {})}

@@ -11,20 +11,8 @@ import time
 import pytest
 import torch
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, tiny_main_job_file
 
-TINY = """
-tiny:
-  run: DevicePPO
-  env: GPUCartPole-v1
-  stop: {env_runners/episode_return_mean: 475, training_iteration: 100000}
-  config:
-    seed: 0
-    num_envs_per_env_runner: 16
-    device_rollouts: {rollout_length: 8}
-    minibatch_size: 64
-    num_epochs: 1
-"""
 DEVICE_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
 
 
@@ -61,8 +49,8 @@ def test_a_missing_video_extra_is_one_line_naming_the_install(tmp_path):
 
 
 def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
-    (tmp_path / "tiny.yaml").write_text(TINY)
-    args = ["train", "--config-file", str(tmp_path / "tiny.yaml"), "--device", "cpu", "--storage-path", str(tmp_path)]
+    tiny = tiny_main_job_file(tmp_path, rollout_length=8, iterations=100_000)
+    args = ["train", "--config-file", tiny, "--device", "cpu", "--storage-path", str(tmp_path)]
     run = f"import sys\nfrom rllib_gpuenv.cli.main import main\nsys.exit(main({args!r}))"
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
     job = subprocess.Popen(
@@ -92,11 +80,10 @@ NOTICES = ("on the new API stack!", "Token authentication is enabled", "RLModule
 
 
 def test_the_main_job_starts_quietly(tmp_path):
-    (tmp_path / "tiny.yaml").write_text(TINY)
     out = command(
         "train",
         "--config-file",
-        str(tmp_path / "tiny.yaml"),
+        tiny_main_job_file(tmp_path, rollout_length=8),
         "--device",
         "cpu",
         "--max-iterations",

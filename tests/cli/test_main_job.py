@@ -15,21 +15,7 @@ import sys
 import pytest
 
 from rllib_gpuenv.cli.train import train
-from tests.helpers import ROOT
-
-# 16 envs x 4 steps: CartPole episodes last at least 8 steps, so the first iteration ends none.
-TINY_EXPERIMENT = """
-tiny:
-  run: DevicePPO
-  env: GPUCartPole-v1
-  stop: {env_runners/episode_return_mean: 475, training_iteration: 3}
-  config:
-    seed: 0
-    num_envs_per_env_runner: 16
-    device_rollouts: {rollout_length: 4}
-    minibatch_size: 64
-    num_epochs: 1
-"""
+from tests.helpers import ROOT, tiny_main_job_file
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +23,12 @@ def tiny_run(tmp_path_factory):
     import ray
 
     root = tmp_path_factory.mktemp("main_job")
-    (root / "tiny.yaml").write_text(TINY_EXPERIMENT)
+    tiny = tiny_main_job_file(root)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            run = train(root / "tiny.yaml", device="cpu", storage_path=str(root / "results"), progress_bar=True)
+            run = train(tiny, device="cpu", storage_path=str(root / "results"), progress_bar=True)
     finally:
         ray.shutdown()
     return run, out.getvalue(), err.getvalue()
@@ -88,12 +74,12 @@ def test_the_main_job_trains_with_colocated_learners(tmp_path):
     """--num-learners 2: two learners, each stepping the file's 16 envs, gradients all-reduced."""
     import ray
 
-    (tmp_path / "tiny.yaml").write_text(TINY_EXPERIMENT)
+    tiny = tiny_main_job_file(tmp_path)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            run = train(tmp_path / "tiny.yaml", device="cpu", max_iterations=2, storage_path=str(tmp_path), num_learners=2)
+            run = train(tiny, device="cpu", max_iterations=2, storage_path=str(tmp_path), num_learners=2)
     finally:
         ray.shutdown()
     text = out.getvalue()
