@@ -3,7 +3,8 @@ of definitions that this package's ids and your own resolve through.
 
 ``ENV_DEFS`` maps every id of the suite to its definition; ``add_definition`` adds your own;
 ``make_vector_env`` builds any of them (or a definition given directly) as a ``GPUVectorEnv``.
-An env joins the suite with its file and one line in ``SUITE`` below.
+An env joins the suite with its file (its definition and class) and its entry in ``SUITE`` below,
+imported just above it.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ class ColocatedEnvs:
     episodes).
 
     A remote learner works with as many threads as Ray gave it CPUs (``use_cpu_share``): torch
-    would start one per core in every learner, and two learners on two cores then ran their
-    updates 4x slower than one (benchmarks/RESULTS.md, "Several learners").
+    would start one per core in every learner, and learners sharing cores then fight over them
+    (benchmarks/RESULTS.md, "Several learners", has what that cost).
     """
 
     _envs: LearnerEnvRunner | None = None
