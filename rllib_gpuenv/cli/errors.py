@@ -39,16 +39,12 @@ def missing_extra(err: BaseException) -> str | None:
     return None
 
 
-def one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text
-
-
 def run_command(prog: str, func, args) -> int:
     """``func(args)`` as a command: its return code, or 2 after one line for a user's mistake,
     130 after Ctrl-C."""
     from gymnasium.error import DependencyNotInstalled
 
+    from rllib_gpuenv.experiments.checks import one_line
     from rllib_gpuenv.experiments.errors import ExperimentError
 
     try:

@@ -61,7 +61,8 @@ class LearnerEnvRunner(DeviceEnvRunner):
 
 
 def cpu_share(config) -> int:
-    """The CPUs Ray gives a remote learner: ``num_cpus_per_learner`` ("auto": 1 without a GPU, 0 with one)."""
+    """The threads a remote learner works with: its ``num_cpus_per_learner``, at least one (RLlib's
+    "auto" reserves one CPU without a GPU and none beside one: one thread either way)."""
     cpus = config.num_cpus_per_learner
     return max(1, int(cpus)) if cpus != "auto" else 1
 
