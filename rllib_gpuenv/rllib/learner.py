@@ -24,14 +24,23 @@ learner leaves out: a restored run goes on with the coefficient it had, not ``kl
 from __future__ import annotations
 
 import torch
+from ray.rllib.algorithms.ppo.ppo import (
+    LEARNER_RESULTS_KL_KEY,
+    LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY,
+    LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
+)
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.torch_utils import explained_variance
 
 from rllib_gpuenv.rllib.colocated import ColocatedEnvs
 from rllib_gpuenv.rllib.gae import compute_gae
+from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.rollout import Rollout
 
 ADVANTAGES = "advantages"
@@ -85,9 +94,12 @@ class FusedAdamLearnerMixin:
                 self.get_optimizer(module_id, optimizer_name).step()
 
 
-class DevicePPOTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, PPOTorchLearner):
-    """``PPOTorchLearner`` that computes values and advantages of rollouts itself, and samples
-    its own envs when colocated with them."""
+class DevicePPOTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, PPOTorchLearner):
+    """``PPOTorchLearner`` that computes values and advantages of rollouts itself, updates on
+    them with the lean loop (``lean_update.py``; RLlib's ``update`` where that does not apply),
+    and samples its own envs when colocated with them."""
+
+    lean_loss_of = PPOTorchLearner
 
     def sample_and_update(self, **update_kwargs) -> tuple[dict, dict]:
         """One colocated step: a rollout of this learner's envs, then ``update`` on it (the
@@ -102,13 +114,73 @@ class DevicePPOTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, PPOTorchLearne
         """RLlib's update; with ``rollout_length``, the batch holds env-major rollout rows (see
         ``rollout_batch``) and gets its advantages and value targets first."""
         self.use_cpu_share()
-        if rollout_length is not None:
-            batch = self._with_advantages(batch if training_data is None else training_data.batch, rollout_length)
-            training_data = None
-        return super().update(batch=batch, training_data=training_data, **kwargs)
+        if rollout_length is None:
+            return super().update(batch=batch, training_data=training_data, **kwargs)
+        batch = batch if training_data is None else training_data.batch
+        columns = self._with_advantages(batch, rollout_length)
+        if self.lean_update_applies():
+            if not self.config.use_kl_loss:  # only the KL term reads the sampling policy's outputs
+                del columns[Columns.ACTION_DIST_INPUTS]
+            return self.lean_update(
+                columns,
+                timesteps=kwargs.get("timesteps"),
+                num_epochs=kwargs.get("num_epochs", 1),
+                minibatch_size=kwargs.get("minibatch_size"),
+                shuffle=kwargs.get("shuffle_batch_per_epoch", False),
+                env_steps=batch.env_steps(),
+            )
+        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=batch.env_steps())
+        return super().update(batch=batch, **kwargs)
+
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics):
+        """RLlib's PPO loss (``PPOTorchLearner.compute_loss_for_module``), term for term: the
+        clipped surrogate, the squared value error clipped at ``vf_clip_param``, the entropy
+        bonus and, with ``use_kl_loss``, the adaptive KL term; means over the valid steps."""
+        module = self.module[module_id].unwrapped()
+        weights = batch[Columns.LOSS_MASK] / batch[Columns.LOSS_MASK].sum()  # a mean over the valid steps
+
+        def mean(x: torch.Tensor) -> torch.Tensor:
+            return (x * weights).sum()
+
+        dist_class = module.get_train_action_dist_cls()
+        logits = fwd_out[Columns.ACTION_DIST_INPUTS]
+        if dist_class is TorchCategorical:  # the same terms as RLlib's (torch's) Categorical, in fewer ops
+            log_probs = torch.log_softmax(logits, dim=-1)
+            logp = log_probs.gather(-1, batch[Columns.ACTIONS].long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+        else:
+            dist = dist_class.from_logits(logits)
+            logp, entropy = dist.logp(batch[Columns.ACTIONS]), dist.entropy()
+        ratio = torch.exp(logp - batch[Columns.ACTION_LOGP])
+        advantages = batch[ADVANTAGES]
+        surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1 - config.clip_param, 1 + config.clip_param))
+        if config.use_critic:
+            values = module.compute_values(batch, embeddings=fwd_out.get(Columns.EMBEDDINGS))
+            vf_loss = (values - batch[VALUE_TARGETS]).pow(2)
+            vf_loss_clipped = vf_loss.clamp(0, config.vf_clip_param)
+        else:
+            values = vf_loss = vf_loss_clipped = torch.zeros((), device=surrogate.device)
+        entropy_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+        total = mean(-surrogate + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * entropy)
+        kl = torch.zeros((), device=surrogate.device)
+        if config.use_kl_loss:
+            previous = module.get_exploration_action_dist_cls().from_logits(batch[Columns.ACTION_DIST_INPUTS])
+            kl = mean(previous.kl(dist_class.from_logits(logits)))
+            total = total + self.curr_kl_coeffs_per_module[module_id] * kl
+        if not metrics:
+            return total, {}
+        with torch.no_grad():
+            return total, {
+                POLICY_LOSS_KEY: -mean(surrogate),
+                VF_LOSS_KEY: mean(vf_loss_clipped) if config.use_critic else vf_loss,
+                LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: mean(vf_loss) if config.use_critic else vf_loss,
+                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(batch[VALUE_TARGETS], values),
+                ENTROPY_KEY: mean(entropy),
+                LEARNER_RESULTS_KL_KEY: kl.detach(),
+            }
 
     @torch.no_grad()
-    def _with_advantages(self, batch: MultiAgentBatch, T: int) -> MultiAgentBatch:
+    def _with_advantages(self, batch: MultiAgentBatch, T: int) -> dict[str, torch.Tensor]:
         columns = batch.policy_batches[DEFAULT_MODULE_ID]
         config = self.config.get_config_for_module(DEFAULT_MODULE_ID)
         tensors = {k: torch.as_tensor(v).to(self._device) for k, v in columns.items()}
@@ -135,7 +207,7 @@ class DevicePPOTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, PPOTorchLearne
         tensors[ADVANTAGES] = normalised.T.reshape(-1)
         tensors[VALUE_TARGETS] = targets.T.reshape(-1)
         del tensors[Columns.NEXT_OBS], tensors[Columns.REWARDS], tensors[Columns.TERMINATEDS], tensors[Columns.TRUNCATEDS]
-        return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(tensors)}, env_steps=batch.env_steps())
+        return tensors
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
         state = super().get_state(components, not_components=not_components, **kwargs)

@@ -54,6 +54,7 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
         self._derived_train_batch_size = None  # what validate() derived (re-derived when the shape changes)
         self.minibatch_size = 512
         self.num_epochs = 10
+        self.lean_update = True  # the learner's epochs × minibatches loop without RLlib's per-minibatch machinery
 
     def get_default_learner_class(self):
         from rllib_gpuenv.rllib.learner import DevicePPOTorchLearner

@@ -1,0 +1,122 @@
+"""The lean update: RLlib's learner API and its losses' math, without its per-minibatch machinery.
+
+RLlib's ``Learner.update`` turns every minibatch into a ``MultiAgentBatch`` (slicing, converting
+and checking it), calls a chain of hooks, and logs a dozen metrics per minibatch into its
+``MetricsLogger``; on a small network that costs about as much as the gradient step itself
+(benchmarks/RESULTS.md, "The lean update"). The data here is already a dict of tensors on the
+learner's device, so ``LeanUpdate.lean_update`` runs the epochs × minibatches loop over it with
+only what the math needs: one permutation per epoch drawn on the device, minibatches taken by
+indexing, the loss, ``backward``, RLlib's gradient postprocessing (clipping) and the optimizer
+step. Metrics are logged once per update, with RLlib's keys and RLlib's meaning (its loss
+metrics are logged with ``window=1``, so what it reports is the last minibatch's: so here), and
+RLlib's ``before_/after_gradient_based_update`` hooks run as in its ``update`` (learning-rate and
+entropy schedules, PPO's KL coefficient, DQN's target network).
+
+The learner decides per update whether the lean path applies (``lean_update_applies``): it
+needs a single module, no ``torch_compile_learner``, no AMP grad scalers, and the algorithm's
+own loss (a subclass that overrides ``compute_loss_for_module`` keeps RLlib's update).
+"""
+
+from __future__ import annotations
+
+import torch
+from ray.rllib.core import ALL_MODULES, DEFAULT_MODULE_ID
+from ray.rllib.core.learner.learner import Learner
+from ray.rllib.utils.metrics import (
+    MODULE_TRAIN_BATCH_SIZE_MEAN,
+    NUM_ENV_STEPS_TRAINED,
+    NUM_ENV_STEPS_TRAINED_LIFETIME,
+    NUM_MODULE_STEPS_TRAINED,
+    NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    WEIGHTS_SEQ_NO,
+)
+
+Columns = dict[str, torch.Tensor]
+
+
+class LeanUpdate:
+    """Mixin for an RLlib ``TorchLearner``. The learner supplies ``lean_loss`` (its algorithm's
+    loss, returning the total loss and the metrics RLlib's loss logs) and the class whose
+    ``compute_loss_for_module`` that loss reproduces (``lean_loss_of``)."""
+
+    lean_loss_of: type  # the RLlib learner class whose loss ``lean_loss`` computes
+
+    def lean_loss(self, module_id: str, config, batch: Columns, fwd_out: dict, metrics: bool) -> tuple[torch.Tensor, dict]:
+        """The total loss of one minibatch, and (if ``metrics``, else ``{}``) what RLlib's loss
+        logs, detached. Only the update's last minibatch is asked for metrics."""
+        raise NotImplementedError
+
+    def lean_update_applies(self) -> bool:
+        """Whether ``lean_update`` computes what RLlib's ``update`` would (see the module doc)."""
+        config = self.config
+        return (
+            getattr(config, "lean_update", True)
+            and not config.torch_compile_learner
+            and self._grad_scalers is None
+            and list(self.module.keys()) == [DEFAULT_MODULE_ID]
+            and type(self).compute_loss_for_module is self.lean_loss_of.compute_loss_for_module
+        )
+
+    def lean_update(
+        self,
+        columns: Columns,
+        *,
+        timesteps: dict | None,
+        num_epochs: int,
+        minibatch_size: int | None,
+        shuffle: bool,
+        env_steps: int | None = None,
+    ) -> dict:
+        """``num_epochs`` passes over ``columns`` (equal-length tensors on this learner's device)
+        in minibatches of ``minibatch_size`` (None: the whole batch), shuffled each epoch if
+        ``shuffle`` (RLlib's iterator leaves the first epoch in the batch's order; here every
+        epoch is shuffled). Returns RLlib's reduced metrics, as ``Learner.update`` does."""
+        module_id = DEFAULT_MODULE_ID
+        config = self.config.get_config_for_module(module_id)
+        timesteps = timesteps or {}
+        self._check_is_built()
+        self.before_gradient_based_update(timesteps=timesteps)
+        self._weights_seq_no += 1
+        rows = len(next(iter(columns.values())))
+        size = minibatch_size or rows
+        starts = range(0, rows - size + 1, size)
+        module = self.module[module_id]
+        module.train()  # what RLlib's ``forward_train`` does before every ``_forward_train``: once is enough
+        for epoch in range(num_epochs):
+            order = torch.randperm(rows, device=self._device) if shuffle and num_epochs > 1 else None
+            for start in starts:
+                index = slice(start, start + size) if order is None else order[start : start + size]
+                minibatch = {key: column[index] for key, column in columns.items()}
+                fwd_out = module._forward_train(minibatch)  # under DDP (several learners) through DDP's forward
+                last = epoch == num_epochs - 1 and start == starts[-1]
+                loss, loss_metrics = self.lean_loss(module_id, config, minibatch, fwd_out, metrics=last)
+                self.gradient_step(loss)
+        steps = num_epochs * len(starts)
+        self._log_update(module_id, loss, loss_metrics, size, steps, env_steps if env_steps is not None else rows)
+        self.after_gradient_based_update(timesteps=timesteps)
+        return self.metrics.reduce()
+
+    def gradient_step(self, loss: torch.Tensor) -> None:
+        """``backward`` and one optimizer step, through RLlib's gradient postprocessing (clipping
+        by ``grad_clip``/``grad_clip_by``) and the learner's ``apply_gradients``."""
+        for optimizer in self._optimizer_parameters:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.apply_gradients(self.postprocess_gradients({pid: p.grad for pid, p in self._params.items()}))
+
+    def _log_update(self, module_id, loss, loss_metrics: dict, size: int, steps: int, env_steps: int) -> None:
+        """What RLlib's ``update`` logs over ``steps`` minibatches of ``size`` rows, logged once."""
+        log = self.metrics.log_value
+        self.metrics.log_dict(loss_metrics, key=module_id, window=1)
+        log((module_id, Learner.TOTAL_LOSS_KEY), loss.detach(), window=1)
+        log((module_id, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
+        log((module_id, MODULE_TRAIN_BATCH_SIZE_MEAN), size, reduce="mean")
+        trained = size * steps
+        log((module_id, NUM_MODULE_STEPS_TRAINED), trained, reduce="sum")
+        log((module_id, NUM_MODULE_STEPS_TRAINED_LIFETIME), trained, reduce="lifetime_sum", with_throughput=True)
+        log((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), trained, reduce="sum", with_throughput=True)
+        log((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), trained, reduce="lifetime_sum", with_throughput=True)
+        # RLlib's minibatches each carry the env steps of the whole batch (``MiniBatchCyclicIterator``),
+        # so its env-steps-trained count is that times the minibatches: the same count here.
+        log((ALL_MODULES, NUM_ENV_STEPS_TRAINED), env_steps * steps, reduce="sum", with_throughput=True)
+        log((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), env_steps * steps, reduce="lifetime_sum", with_throughput=True)
