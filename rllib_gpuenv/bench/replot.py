@@ -64,6 +64,12 @@ def _learners(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     return learners.table(rows, result["meta"]["target"]), learners.plot_learners(rows, out_dir)
 
 
+def _update(result: dict, out_dir: str, name: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import update
+
+    return update.tables(result["rows"], result["meta"]), update.plot_update(result["rows"], out_dir)
+
+
 REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "scaling": _scaling,
     "training": _training,
@@ -71,6 +77,7 @@ REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "workload": _workload,
     "sampling": _sampling,
     "learners": _learners,
+    "update": _update,
 }
 
 

@@ -1,4 +1,4 @@
-"""Time per gradient step of PPO's update: the lean update, RLlib's update, plain torch.
+"""Time per gradient step of the PPO and DQN updates: the lean update, RLlib's update, plain torch (PPO).
 
 All three train the same 64×64 tanh actor-critic on the same rollout (one rollout of the main
 job's env; each update computes its values and GAE first) with the same clipped PPO loss and
@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from functools import partial
 
 import torch
 
@@ -92,107 +93,158 @@ class PlainPPO:
                 self.step({key: column[index] for key, column in columns.items()})
 
 
-def measure(
-    minibatch_sizes: list[int],
-    device: str = "cpu",
-    num_envs: int = 128,
-    rollout_length: int = 32,
-    steps_per_update: int = 16,
-    rounds: int = 5,
-) -> list[dict]:
-    """Rows of (contender, minibatch size, ms per gradient step), medians over ``rounds``."""
+def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
+    """PPO rows (contender, minibatch size, ms per gradient step): one rollout of 128 envs × 32
+    steps, as many epochs at each size as give ``steps_per_update`` gradient steps."""
     from rllib_gpuenv.experiments.spec import cartpole_config
+    from rllib_gpuenv.rllib.learner import rollout_batch
 
     config = cartpole_config(device=device, seed=0)
-    config.env_runners(num_envs_per_env_runner=num_envs).device_rollouts(rollout_length=rollout_length)
+    config.env_runners(num_envs_per_env_runner=128).device_rollouts(rollout_length=32)
     algo = config.build_algo()
     try:
-        rollout = algo.env_runner.sample()
-        learner = algo.learner_group._learner
-        rows = rollout.num_env_steps
-        env = algo.env_runner.env
+        rollout, learner, env = algo.env_runner.sample(), algo.learner_group._learner, algo.env_runner.env
         plain = PlainPPO(env.single_observation_space.shape[0], int(env.single_action_space.n), config, learner._device)
+        rows = rollout.num_env_steps
         results = []
         for size in minibatch_sizes:
             if rows % size:
                 raise SystemExit(f"minibatch size {size} does not divide the rollout's {rows} rows")
             epochs = max(1, steps_per_update * size // rows)
-            print(
-                f"  minibatch {size}: {epochs} epoch(s), {epochs * rows // size} gradient steps per update ...",
-                file=sys.stderr,
-            )
-            for name, seconds in time_contenders(learner, plain, rollout, epochs, size, rounds).items():
-                results.append({"contender": name, "minibatch_size": size, "ms_per_step": 1e3 * seconds})
-        learner.config.lean_update = True
+            settings = {"num_epochs": epochs, "minibatch_size": size, "shuffle_batch_per_epoch": True}
+
+            def ours(lean: bool, settings=settings) -> None:
+                learner.config.lean_update = lean
+                learner.update(
+                    batch=rollout_batch(rollout), rollout_length=rollout.length, timesteps=_timesteps(rows), **settings
+                )
+
+            runs = {
+                LEAN: partial(ours, True),
+                RLLIB: partial(ours, False),
+                PLAIN: partial(plain.update, rollout, epochs, size),
+            }
+            results += _rows("PPO", size, time_turns(runs, epochs * rows // size, rounds, learner._device))
         return results
     finally:
         algo.stop()
 
 
-def time_contenders(learner, plain: PlainPPO, rollout, epochs: int, size: int, rounds: int) -> dict[str, float]:
-    """Median seconds per gradient step of each contender's update, taking turns each round."""
+def measure_dqn(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
+    """DQN rows: ``steps_per_update`` minibatches per update, drawn from one rollout's n-step
+    transitions, through the lean update and RLlib's (``DeviceDQNTorchLearner.update_on_draws``)."""
+    from rllib_gpuenv.rllib import DeviceDQNConfig
+    from rllib_gpuenv.rllib.dqn import WEIGHTS, n_step_transitions
+
+    config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner=device, env_runners=device).debugging(seed=0)
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        transitions = n_step_transitions(algo.env_runner.sample(), config.n_step, config.gamma)
+        transitions[WEIGHTS] = torch.ones(len(transitions["obs"]), device=transitions["obs"].device)
+        results = []
+        for size in minibatch_sizes:
+            rows = torch.randint(
+                len(transitions["obs"]), (steps_per_update * size,), generator=torch.Generator().manual_seed(0)
+            )
+            draws = {key: column[rows.to(column.device)] for key, column in transitions.items()}
+
+            def ours(lean: bool, draws=draws, size=size) -> None:
+                learner.config.lean_update = lean
+                learner.config.train_batch_size_per_learner = size
+                learner.update_on_draws(draws, _timesteps(0))
+
+            runs = {LEAN: partial(ours, True), RLLIB: partial(ours, False)}
+            results += _rows("DQN", size, time_turns(runs, steps_per_update, rounds, learner._device))
+        return results
+    finally:
+        algo.stop()
+
+
+def _timesteps(sampled: int) -> dict:
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-    from rllib_gpuenv.rllib.learner import rollout_batch
+    return {NUM_ENV_STEPS_SAMPLED_LIFETIME: sampled}
 
-    def ours(lean: bool) -> None:
-        learner.config.lean_update = lean
-        learner.update(
-            batch=rollout_batch(rollout),
-            rollout_length=rollout.length,
-            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: rollout.num_env_steps},
-            num_epochs=epochs,
-            minibatch_size=size,
-            shuffle_batch_per_epoch=True,
-        )
 
-    runs = {LEAN: lambda: ours(True), RLLIB: lambda: ours(False), PLAIN: lambda: plain.update(rollout, epochs, size)}
-    steps = epochs * rollout.num_env_steps // size
+def _rows(algo: str, size: int, seconds: dict[str, float]) -> list[dict]:
+    return [{"algo": algo, "contender": name, "minibatch_size": size, "ms_per_step": 1e3 * s} for name, s in seconds.items()]
+
+
+def time_turns(runs: dict, steps: int, rounds: int, device) -> dict[str, float]:
+    """Median seconds per gradient step of each of ``runs`` (one update of ``steps`` gradient
+    steps each), the contenders taking turns round after round; the first round warms up."""
     times = {name: [] for name in runs}
-    for round_ in range(rounds + 1):  # the first round warms up
+    for round_ in range(rounds + 1):
         for name, run in runs.items():
-            synchronize(learner._device)
+            synchronize(device)
             start = time.perf_counter()
             run()
-            synchronize(learner._device)
+            synchronize(device)
             if round_:
                 times[name].append((time.perf_counter() - start) / steps)
     return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
-def run(minibatch_sizes: list[int], device: str = "cpu", rounds: int = 5, out_dir: str = "bench_results", plot: bool = False):
-    rows = measure(minibatch_sizes, device=device, rounds=rounds)
-    ms = {(r["contender"], r["minibatch_size"]): r["ms_per_step"] for r in rows}
-    table = [
-        [name] + [f"{ms[name, size]:.2f} ms ({ms[name, size] / ms[PLAIN, size]:.2f}×)" for size in minibatch_sizes]
-        for name in CONTENDERS
-    ]
-    print(
-        f"\nPPO: time per gradient step on {device} (ratio to plain torch), median of {rounds} rounds\n"
-        + format_table(["contender"] + [f"minibatch {size:,}" for size in minibatch_sizes], table)
-    )
-    meta = {"device": device, "minibatch_sizes": minibatch_sizes, "rounds": rounds}
+def run(
+    minibatch_sizes: list[int],
+    algos: list[str],
+    device: str = "cpu",
+    rounds: int = 5,
+    out_dir: str = "bench_results",
+    plot: bool = False,
+) -> list[dict]:
+    measures = {"PPO": measure_ppo, "DQN": measure_dqn}
+    rows = []
+    for algo in algos:
+        print(f"  {algo} ...", file=sys.stderr, flush=True)
+        rows += measures[algo](minibatch_sizes, device, rounds)
+    meta = {"device": device, "minibatch_sizes": minibatch_sizes, "rounds": rounds, "algos": algos}
+    print(tables(rows, meta))
     report(rows, out_dir, "update", meta, plot=(lambda: plot_update(rows, out_dir)) if plot else None)
     return rows
 
 
+def tables(rows: list[dict], meta: dict) -> str:
+    """One table per algorithm: ms per gradient step and the ratio to plain torch (else to RLlib's update)."""
+    sizes, text = meta["minibatch_sizes"], []
+    for algo in meta["algos"]:
+        ms = {(r["contender"], r["minibatch_size"]): r["ms_per_step"] for r in rows if r["algo"] == algo}
+        reference = PLAIN if (PLAIN, sizes[0]) in ms else RLLIB
+        table = [
+            [name] + [f"{ms[name, size]:.2f} ms ({ms[name, size] / ms[reference, size]:.2f}×)" for size in sizes]
+            for name in CONTENDERS
+            if (name, sizes[0]) in ms
+        ]
+        text.append(
+            f"{algo}: time per gradient step on {meta['device']} (ratio to {reference}), median of {meta['rounds']} rounds\n"
+            + format_table(["contender"] + [f"minibatch {size:,}" for size in sizes], table)
+        )
+    return "\n\n".join(text)
+
+
 def plot_update(rows: list[dict], out_dir: str) -> str:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for name in CONTENDERS:
-        mine = sorted((r for r in rows if r["contender"] == name), key=lambda r: r["minibatch_size"])
-        ax.plot([r["minibatch_size"] for r in mine], [r["ms_per_step"] for r in mine], marker="o", label=name)
-    ax.set(xscale="log", yscale="log", xlabel="minibatch size", ylabel="ms per gradient step", title="PPO update")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    algos = list(dict.fromkeys(r["algo"] for r in rows))
+    fig, axes = plt.subplots(1, len(algos), figsize=(6 * len(algos), 4.5), squeeze=False)
+    for ax, algo in zip(axes[0], algos):
+        for name in CONTENDERS:
+            mine = sorted((r for r in rows if r["algo"] == algo and r["contender"] == name), key=lambda r: r["minibatch_size"])
+            if mine:
+                ax.plot([r["minibatch_size"] for r in mine], [r["ms_per_step"] for r in mine], marker="o", label=name)
+        ax.set(xscale="log", yscale="log", xlabel="minibatch size", ylabel="ms per gradient step", title=f"{algo} update")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
     return save_figure(fig, out_dir, "update")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--minibatch-sizes", default="128,512,1024,4096", help="minibatch sizes (default %(default)s)")
+    parser.add_argument("--algos", default="PPO,DQN", help="the updates to time (default %(default)s)")
     parser.add_argument("--device", default="cpu", help="the learner's device (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds per contender and size")
 
 
 def run_from_args(args) -> None:
-    run(parse_sizes(args.minibatch_sizes), device=args.device, rounds=args.rounds, out_dir=args.out, plot=args.plot)
+    algos = [algo.upper() for algo in args.algos.split(",")]
+    run(parse_sizes(args.minibatch_sizes), algos, device=args.device, rounds=args.rounds, out_dir=args.out, plot=args.plot)

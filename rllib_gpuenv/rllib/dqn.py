@@ -28,6 +28,15 @@ from __future__ import annotations
 import torch
 from ray.rllib.algorithms.dqn import DQN, DQNConfig
 from ray.rllib.algorithms.dqn.default_dqn_rl_module import QF_PREDS
+from ray.rllib.algorithms.dqn.dqn_learner import (
+    QF_LOSS_KEY,
+    QF_MAX_KEY,
+    QF_MEAN_KEY,
+    QF_MIN_KEY,
+    QF_NEXT_PREDS,
+    QF_TARGET_NEXT_PREDS,
+    TD_ERROR_MEAN_KEY,
+)
 from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
 from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.core import DEFAULT_MODULE_ID
@@ -50,6 +59,7 @@ from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.checkpointing import ResumesExactly
 from rllib_gpuenv.rllib.colocated import ColocatedEnvs, LearnerCalls
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
+from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
 from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
 from rllib_gpuenv.rllib.resources import ChecksResources
@@ -62,9 +72,12 @@ REPLAY_BUFFER_STATE = "device_replay_buffer"
 SCHEDULES_STATE = "device_dqn_schedules"
 
 
-class DeviceDQNTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, DQNTorchLearner):
-    """RLlib's DQN learner (loss, double Q, target updates) with fused Adam, its replay buffer
-    (or its shard of it) on its device, and, colocated, envs of its own."""
+class DeviceDQNTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, DQNTorchLearner):
+    """RLlib's DQN learner (loss, double Q, target updates) with fused Adam and the lean update
+    loop (``lean_update.py``), its replay buffer (or its shard of it) on its device, and,
+    colocated, envs of its own."""
+
+    lean_loss_of = DQNTorchLearner
 
     _replay: DeviceReplayBuffer | None = None
     _pending_replay_state: dict | None = None
@@ -100,16 +113,51 @@ class DeviceDQNTorchLearner(ColocatedEnvs, FusedAdamLearnerMixin, DQNTorchLearne
         minibatch = self.config.train_batch_size_per_learner
         batch = self._replay.sample(self.config.updates_per_round * minibatch)
         batch[WEIGHTS] = torch.ones(len(batch[Columns.REWARDS]), device=self._replay.device)
+        return self.update_on_draws(batch, timesteps)
+
+    def update_on_draws(self, batch: dict[str, torch.Tensor], timesteps: dict) -> dict:
+        """One update, a gradient step per ``train_batch_size_per_learner`` rows of ``batch``
+        (transitions drawn from the buffer), in order: the draws are already random."""
+        minibatch = self.config.train_batch_size_per_learner
+        if self.lean_update_applies():
+            return self.lean_update(batch, timesteps=timesteps, num_epochs=1, minibatch_size=minibatch, shuffle=False)
         results = self.update(
             batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=len(batch[WEIGHTS])),
             timesteps=timesteps,
             num_epochs=1,
             minibatch_size=minibatch,
-            shuffle_batch_per_epoch=False,  # the draws are already random and independent
+            shuffle_batch_per_epoch=False,
         )
         for module_results in results.values():
             module_results.pop("td_error", None)  # per-sample TD errors (no priorities here)
         return results
+
+    def lean_update_applies(self) -> bool:
+        return super().lean_update_applies() and self.config.num_atoms == 1  # distributional DQN: RLlib's update
+
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics):
+        """RLlib's DQN loss (``DQNTorchLearner.compute_loss_for_module``, one atom): the n-step TD
+        target from the target network (its action chosen by the online network with double Q),
+        the Huber or squared error, weighted; a masked Q-value (-inf) counts as 0."""
+        q_selected = torch.nan_to_num(fwd_out[QF_PREDS].gather(-1, batch[Columns.ACTIONS].long().unsqueeze(-1)), neginf=0.0)
+        q_target_next = fwd_out[QF_TARGET_NEXT_PREDS]
+        chooser = fwd_out[QF_NEXT_PREDS] if config.double_q else q_target_next
+        q_next_best = torch.nan_to_num(q_target_next.gather(-1, chooser.argmax(-1, keepdim=True)), neginf=0.0)
+        q_selected, q_next_best = q_selected.squeeze(-1), q_next_best.squeeze(-1)
+        not_terminated = 1.0 - batch[Columns.TERMINATEDS].float()
+        target = (batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * q_next_best).detach()
+        error = torch.nn.functional.huber_loss if config.td_error_loss_fn == "huber" else torch.nn.functional.mse_loss
+        total = (batch[WEIGHTS] * error(q_selected, target, reduction="none")).mean()
+        if not metrics:
+            return total, {}
+        with torch.no_grad():
+            return total, {
+                QF_LOSS_KEY: total.detach(),
+                QF_MEAN_KEY: q_selected.mean(),
+                QF_MAX_KEY: q_selected.max(),
+                QF_MIN_KEY: q_selected.min(),
+                TD_ERROR_MEAN_KEY: (q_selected - target).abs().mean(),
+            }
 
     def get_replay_state(self, with_contents: bool) -> dict | None:
         return None if self._replay is None else self._replay.get_state(with_contents=with_contents)
@@ -174,6 +222,7 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
         }  # uniform, as the device buffer samples
         self.epsilon = [[0, 1.0], [5_000, 0.01]]
         self.learner_device = "auto"  # the replay buffer's device too: the GPU if there is one
+        self.lean_update = True  # the learner's minibatch loop without RLlib's per-minibatch machinery
         self._model_config = {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}
 
     def get_default_learner_class(self):

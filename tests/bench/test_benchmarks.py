@@ -324,3 +324,18 @@ def test_learners(tmp_path):
     assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2), ("separate", 2)]
     assert [r["env_steps_per_iteration"] for r in rows] == [128, 256, 256]  # weak scaling: 16 envs x 8 steps per sampler
     assert all(r["env_steps_per_s"] > 0 and r["runs"][0]["seconds"] is not None for r in rows), rows
+
+
+def test_update(tmp_path):
+    out = bench(tmp_path, "update", "--minibatch-sizes", "1024,4096", "--rounds", "1")
+    assert "PPO: time per gradient step" in out.stdout and "DQN: time per gradient step" in out.stdout
+    rows = outputs(tmp_path, "update")["rows"]
+    contenders = {(r["algo"], r["contender"]) for r in rows}
+    assert contenders == {
+        ("PPO", "ours: lean update"),
+        ("PPO", "RLlib's update"),
+        ("PPO", "plain torch"),
+        ("DQN", "ours: lean update"),
+        ("DQN", "RLlib's update"),
+    }
+    assert all(r["ms_per_step"] > 0 for r in rows) and {r["minibatch_size"] for r in rows} == {1024, 4096}

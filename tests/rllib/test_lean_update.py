@@ -12,7 +12,8 @@ from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from rllib_gpuenv.experiments import cartpole_config
-from rllib_gpuenv.rllib import DevicePPOConfig, DevicePPOTorchLearner
+from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig, DevicePPOTorchLearner
+from rllib_gpuenv.rllib.dqn import WEIGHTS, n_step_transitions
 from rllib_gpuenv.rllib.learner import rollout_batch
 
 COMPARED = (
@@ -26,6 +27,11 @@ COMPARED = (
     "curr_kl_coeff",
     "num_module_steps_trained",
     "module_train_batch_size_mean",
+    "qf_loss",
+    "qf_mean",
+    "qf_max",
+    "qf_min",
+    "td_error_mean",
 )
 
 
@@ -95,6 +101,39 @@ def test_lean_update_equals_rllibs_update(config):
     assert [n for n, w in start_weights.items() if not (lean_weights[n] != w).any()] == []  # every parameter trained
     for rllib_result, lean_result in zip(rllib_results, lean_results):
         assert set(lean_result) == set(rllib_result)
+        for key, value in rllib_result.items():
+            assert lean_result[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+
+
+def dqn_updates(lean: bool, double_q: bool, loss: str) -> tuple[dict, list[dict]]:
+    """Weights and metrics after three updates of 16 minibatches (the target network updated
+    between them) of a new DeviceDQN learner, on transitions from its own env runner."""
+    config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner="cpu", env_runners="cpu").debugging(seed=0)
+    config.training(double_q=double_q, td_error_loss_fn=loss, target_network_update_freq=256).lean_update = lean
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        assert learner.lean_update_applies() == lean
+        results = []
+        for i in range(3):
+            batch = n_step_transitions(algo.env_runner.sample(), config.n_step, config.gamma)
+            batch[WEIGHTS] = torch.ones(len(batch["obs"]))
+            batch = {k: v.repeat_interleave(9, dim=0)[:2048] for k, v in batch.items()}  # 16 minibatches of 128
+            result = learner.update_on_draws(batch, {NUM_ENV_STEPS_SAMPLED_LIFETIME: 256 * (i + 1)})
+            results.append({k: float(v.peek()) for k, v in result["default_policy"].items() if k in COMPARED})
+        return {k: v.detach().clone() for k, v in learner.module["default_policy"].state_dict().items()}, results
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("double_q, loss", [(True, "huber"), (False, "mse")])
+def test_dqn_lean_update_equals_rllibs_update(double_q, loss):
+    rllib_weights, rllib_results = dqn_updates(False, double_q, loss)
+    lean_weights, lean_results = dqn_updates(True, double_q, loss)
+    for name, weight in rllib_weights.items():
+        torch.testing.assert_close(lean_weights[name], weight, rtol=1e-4, atol=1e-5, msg=name)
+    for rllib_result, lean_result in zip(rllib_results, lean_results):
+        assert set(lean_result) == set(rllib_result) and "qf_loss" in lean_result
         for key, value in rllib_result.items():
             assert lean_result[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
 
