@@ -135,7 +135,7 @@ def _to_env_actions(actions: torch.Tensor, config, action_space, device: torch.d
 
 def _frame(env) -> np.ndarray:
     frame = env.render()
-    if isinstance(frame, (tuple, list)):  # gymnasium's SyncVectorEnv renders every env
+    if isinstance(frame, (tuple, list)):  # a vector env renders every env (gymnasium's contract)
         frame = frame[0]
     return np.asarray(frame)
 

@@ -7,6 +7,16 @@ on the env's device, or numpy arrays for code that wants them (RLlib's stock env
 Written once for every env: spaces, seeding, autoreset, time limits, episode statistics, action
 checks, the state accessor, rendering, the memory check.
 
+## Rendering (as gymnasium's ``CartPoleVectorEnv``)
+``render()`` returns a list of ``num_envs`` RGB frames, one per env, as gymnasium's vector
+contract says (its ``HumanRendering`` and ``RecordVideo`` vector wrappers check the length):
+every env is drawn, as gymnasium's own ``CartPoleVectorEnv`` draws every env, by the gymnasium
+env's own renderer from that env's state and parameters. Drawing costs about a millisecond per
+env and brings every env's state to the host, so render only small vectors (evaluation,
+videos): ``render_mode`` is for a few envs, not for the thousands one trains with.
+``render_mode="rgb_array_list"`` is accepted and draws the same list of current frames, as
+gymnasium's ``CartPoleVectorEnv`` does.
+
 ## Autoreset (NEXT_STEP, as gymnasium)
 When an env's episode ends (``terminated`` or ``truncated``), the *next* call to ``step``
 ignores that env's action and starts a new episode: it returns the new initial observation
@@ -93,7 +103,8 @@ class GPUVectorEnv(VectorEnv):
             observations and rewards are float32 either way, as gymnasium's spaces say.
         output: ``"torch"`` (tensors on ``device``) or ``"numpy"`` (host arrays).
         max_episode_steps: time limit; reaching it sets ``truncated`` (default: gymnasium's).
-        render_mode: ``"rgb_array"`` renders env ``render_env_index``.
+        render_mode: ``"rgb_array"`` (or ``"rgb_array_list"``): ``render()`` draws every env, a
+            list of ``num_envs`` frames (costly for many envs: see "Rendering" above).
         threads_per_block: CUDA block size for ``numba-cuda`` (``bench block-size`` finds one).
         num_threads: CPU threads for ``numba-cpu`` (default: the CPUs this process may use).
         reuse_outputs: return the backend's output buffers themselves, overwritten by the next
@@ -108,7 +119,7 @@ class GPUVectorEnv(VectorEnv):
     """
 
     definition: ClassVar[EnvDef]
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 50, "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {"render_modes": ["rgb_array", "rgb_array_list"], "render_fps": 50, "autoreset_mode": AutoresetMode.NEXT_STEP}
     _renderer = None  # the gymnasium env that draws, made on the first render()
 
     def __init__(
@@ -121,7 +132,6 @@ class GPUVectorEnv(VectorEnv):
         output: Output = "torch",
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
-        render_env_index: int = 0,
         threads_per_block: int | None = None,
         num_threads: int | None = None,
         reuse_outputs: bool = False,
@@ -136,20 +146,13 @@ class GPUVectorEnv(VectorEnv):
         self.max_episode_steps = _positive_int(
             d.max_episode_steps if max_episode_steps is None else max_episode_steps, "max_episode_steps"
         )
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        if (
-            isinstance(render_env_index, bool)
-            or not isinstance(render_env_index, (int, np.integer))
-            or not 0 <= render_env_index < self.num_envs
-        ):
-            raise ValueError(f"render_env_index must be an integer in [0, {self.num_envs}), got {render_env_index!r}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be None, 'rgb_array' or 'rgb_array_list', got {render_mode!r}")
         self.params = d.make_params(**params)
         self.device = resolve_device(device)
         self.dtype = _resolve_dtype(dtype)
         self.output = output
         self.render_mode = render_mode
-        self.render_env_index = int(render_env_index)
         self.reuse_outputs = bool(reuse_outputs)
         self.episode_statistics = bool(episode_statistics)
         self.validate_actions = bool(validate_actions)
@@ -219,12 +222,13 @@ class GPUVectorEnv(VectorEnv):
         actions = self._action_tensor(actions)
         out = self._backend.step(self._buffers, actions, self._constants, fresh=not self.reuse_outputs)
         if self.render_mode is not None:
-            self._last_action = actions[self.render_env_index].clone()
+            self._last_action = actions.clone()
         return self._format(out)
 
-    def render(self):
-        """An RGB frame (H, W, 3) of env ``render_env_index``, drawn by the gymnasium env's own
-        renderer from this env's state and parameters."""
+    def render(self) -> list[np.ndarray] | None:
+        """A list of ``num_envs`` RGB frames (H, W, 3), one per env, each drawn by the gymnasium
+        env's own renderer from that env's state and parameters (gymnasium's vector contract, and
+        what its ``CartPoleVectorEnv`` does: every env is drawn, so render few envs)."""
         self._check_open()
         if self.render_mode is None:
             logger.warning("render() called without render_mode='rgb_array'; nothing is drawn")
@@ -236,13 +240,17 @@ class GPUVectorEnv(VectorEnv):
             for name, value in self.params._asdict().items():
                 if hasattr(self._renderer, name):
                     setattr(self._renderer, name, value)
-        i = self.render_env_index
-        # Only this env's numbers travel to the host.
-        self._renderer.state = self._buffers.state[:, i].double().cpu().numpy()
-        if self.definition.prepare_render is not None:
-            fresh = self._last_action is None or int(self._buffers.steps[i]) == 0
-            self.definition.prepare_render(self._renderer, self.params, None if fresh else self._last_action.cpu().numpy())
-        return self._renderer.render()
+        states = self._buffers.state.T.double().cpu().numpy()
+        steps = self._buffers.steps.cpu().numpy()
+        actions = None if self._last_action is None else self._last_action.cpu().numpy()
+        frames = []
+        for i in range(self.num_envs):
+            self._renderer.state = states[i].copy()
+            if self.definition.prepare_render is not None:
+                fresh = actions is None or steps[i] == 0
+                self.definition.prepare_render(self._renderer, self.params, None if fresh else actions[i])
+            frames.append(self._renderer.render())
+        return frames
 
     def close_extras(self, **kwargs):
         if self._renderer is not None:

@@ -107,7 +107,7 @@ def test_actions_on_the_wrong_device(env):
         ({"substeps": 0}, TypeError, "substeps must be a positive integer"),
         ({"gravity": "high"}, TypeError, "gravity must be a finite number"),
         ({"mass": 1.0}, TypeError, r"no parameter\(s\) \['mass'\].*masspole"),
-        ({"render_env_index": 5}, ValueError, r"render_env_index must be an integer in \[0, 2\)"),
+        ({"render_mode": "human"}, ValueError, r"render_mode must be None, 'rgb_array' or 'rgb_array_list', got 'human'"),
         ({"backend": "torch", "threads_per_block": 64}, ValueError, "threads_per_block is a numba-cuda setting"),
         ({"backend": "numba-cpu", "num_threads": 0}, ValueError, "num_threads must be an integer in 1.."),
         ({"num_envs": 2**50}, MemoryError, r"num_envs=.* needs about .* GiB on cpu.*use at most"),

@@ -155,22 +155,48 @@ def test_state_can_be_read_and_set(backend):
         env.state = np.zeros((3, 4))
 
 
-def test_render_rgb_array_of_one_env():
+def test_render_returns_one_frame_per_env_as_gymnasiums_vector_cartpole():
+    """gymnasium's vector contract (issue 28, 6b): a list of num_envs frames, every env drawn, as
+    its CartPoleVectorEnv draws them; "rgb_array_list" is accepted and draws the same."""
     pytest.importorskip("pygame")
-    env = CartPoleVectorEnv(4, render_mode="rgb_array", render_env_index=2)
-    env.reset(seed=0)
-    env.state = torch.tensor([[0.0, 0, 0, 0]] * 2 + [[1.5, 0, 0.2, 0]] + [[0.0, 0, 0, 0]])
-    frame = env.render()
-    assert frame.shape == (400, 600, 3) and frame.dtype == np.uint8
-    centre = env.render()
-    env.render_env_index = 0
-    assert not np.array_equal(env.render(), centre)  # a different env is drawn elsewhere
+    ref = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="vector_entry_point", render_mode="rgb_array_list")
+    for mode in ("rgb_array", "rgb_array_list"):
+        env = CartPoleVectorEnv(3, render_mode=mode, dtype="float64")
+        env.reset(seed=0)
+        ref.reset(seed=0)
+        env.state = torch.tensor([[0.0, 0, 0, 0], [1.5, 0, 0.2, 0], [-1.0, 0, -0.1, 0]], dtype=torch.float64)
+        ref.unwrapped.state = env.state.numpy().T.copy()
+        frames, expected = env.render(), ref.render()
+        assert isinstance(frames, list) and len(frames) == 3
+        assert all(f.shape == (400, 600, 3) and f.dtype == np.uint8 for f in frames)
+        assert not np.array_equal(frames[0], frames[1])
+        for frame, want in zip(frames, expected):
+            assert np.array_equal(frame, want)
+        env.close()
+
+
+def test_gymnasiums_record_video_wrapper_records_our_frames(tmp_path):
+    """gymnasium's RecordVideo vector wrapper asserts that render() gives num_envs frames."""
+    pytest.importorskip("pygame")
+    pytest.importorskip("moviepy")
+    for mode in ("rgb_array", "rgb_array_list"):
+        env = gym.wrappers.vector.RecordVideo(
+            make_vector_env("GPUPendulum-v1", 2, render_mode=mode, output="numpy"),
+            str(tmp_path / mode),
+            step_trigger=lambda step: step == 0,
+            video_length=3,
+        )
+        env.reset(seed=0)
+        for _ in range(3):
+            env.step(env.action_space.sample())
+        env.close()
+        assert [f.suffix for f in (tmp_path / mode).iterdir()] == [".mp4"]
 
 
 @pytest.mark.parametrize("env_id", list(ENV_DEFS))
 def test_render_draws_what_gymnasium_draws_for_the_same_state(env_id):
     pytest.importorskip("pygame")
-    env = make_vector_env(env_id, 3, render_mode="rgb_array", render_env_index=1, dtype="float64")
+    env = make_vector_env(env_id, 3, render_mode="rgb_array", dtype="float64")
     ref = gym.make(GYMNASIUM_IDS[env_id], render_mode="rgb_array").unwrapped
     env.reset(seed=0)
     ref.reset(seed=0)
@@ -178,10 +204,12 @@ def test_render_draws_what_gymnasium_draws_for_the_same_state(env_id):
     for t in range(3):
         action = env.action_space.sample()
         env.step(action)
-        ref.state = env.state.numpy()[1].copy()
-        if env_id == "GPUPendulum-v1":  # it draws the last torque too
-            ref.last_u = np.clip(action[1], -2.0, 2.0)[0]
-        assert np.array_equal(env.render(), ref.render()), t
+        frames = env.render()
+        for i in range(3):
+            ref.state = env.state.numpy()[i].copy()
+            if env_id == "GPUPendulum-v1":  # it draws the last torque too
+                ref.last_u = np.clip(action[i], -2.0, 2.0)[0]
+            assert np.array_equal(frames[i], ref.render()), (t, i)
     env.close()
 
 
