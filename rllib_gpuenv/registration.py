@@ -1,12 +1,15 @@
 """Make the suite's ids known to gymnasium, so that gymnasium, RLlib and Tune can build them by name.
 
 ``gym.make_vec("GPUCartPole-v1", num_envs=N, **kwargs)`` builds a ``CartPoleVectorEnv`` (numpy
-output unless ``output="torch"``), whatever ``vectorization_mode`` is asked for: the spec
-carries ``vectorization_mode="vector_entry_point"``, which gymnasium lets a spec's kwargs decide.
-That is what makes RLlib's stock env runner, which asks gymnasium for ``sync`` vectorisation
-unless told otherwise, use the env as the one batched vector env it is
-(``PPOConfig().environment("GPUCartPole-v1")``). ``gym.make("GPUCartPole-v1")`` gives
-gymnasium's own single env of that kind, for code that wants one env.
+output unless ``output="torch"``): with no ``vectorization_mode`` (or ``"vector_entry_point"``)
+gymnasium takes the spec's vector entry point. The mode asked for is honoured:
+``vectorization_mode="sync"`` / ``"async"`` give gymnasium's ``SyncVectorEnv`` /
+``AsyncVectorEnv`` over ``N`` single envs (``gym.make("GPUCartPole-v1")``: gymnasium's own
+``CartPoleEnv`` with the same parameters), with gymnasium's ``wrappers`` and ``vector_kwargs``;
+an env without a single-env form (its definition's ``gymnasium_env`` is None) says so in one
+line. RLlib's stock env runner asks for ``sync`` unless told otherwise, so it needs
+``gym_env_vectorize_mode="vector_entry_point"`` to use the batched env (experiment files run by
+``rllib train`` get it when they leave the mode unset: ``experiments/envs.py``).
 
 The gymnasium registry is per process. In a process that has not imported this package (a Ray
 worker of stock RLlib, a Tune trial), name the env ``"rllib_gpuenv:GPUCartPole-v1"``: gymnasium
@@ -41,12 +44,36 @@ def make_vector_entry_point(num_envs: int = 1, *, env_id: str, **kwargs: Any):
     return make_vector_env(env_id, num_envs, **kwargs)
 
 
-def make_single_env(*, env_id: str, vectorization_mode: str | None = None, render_mode: str | None = None, **params: Any):
-    """gymnasium's entry point: the gymnasium env ``env_id`` reproduces, one copy, with the same
-    parameters (``vectorization_mode`` belongs to ``make_vec`` and is ignored here)."""
+# What GPUVectorEnv takes besides the env's parameters: meaningless for one gymnasium env.
+VECTOR_ONLY_ARGUMENTS = (
+    "backend",
+    "device",
+    "dtype",
+    "output",
+    "threads_per_block",
+    "num_threads",
+    "reuse_outputs",
+    "validate_actions",
+    "episode_statistics",
+)
+
+
+def make_single_env(*, env_id: str, render_mode: str | None = None, **params: Any):
+    """gymnasium's entry point (``gym.make``, and ``make_vec``'s ``sync``/``async`` modes): the
+    gymnasium env ``env_id`` reproduces, one copy, with the same parameters."""
     definition = env_definition(env_id)
     if definition.gymnasium_env is None:
-        raise ValueError(f"{env_id} is a vector env only: gym.make_vec({env_id!r}, num_envs=N)")
+        raise ValueError(
+            f"{env_id} is a vector env only (its definition's gymnasium_env is None), so gym.make and make_vec's "
+            f"'sync'/'async' modes, which build single envs, cannot make it: use gym.make_vec({env_id!r}, num_envs=N)"
+        )
+    vector_only = sorted(set(params) & set(VECTOR_ONLY_ARGUMENTS))
+    if vector_only:
+        raise ValueError(
+            f"the argument(s) {', '.join(vector_only)} belong to this package's batched {env_id}, but a single env was "
+            f"asked for (gym.make, or make_vec with vectorization_mode 'sync'/'async', which steps N copies of gymnasium's "
+            f"own env): leave vectorization_mode unset (RLlib: gym_env_vectorize_mode='vector_entry_point') or drop them"
+        )
     cls = definition.gymnasium_class()
     changed = {k: v for k, v in definition.make_params(**params)._asdict().items() if k in params}
     arguments = inspect.signature(cls).parameters
@@ -77,7 +104,7 @@ def register_env(definition: EnvDef) -> None:
         vector_entry_point=make_vector_entry_point,
         max_episode_steps=definition.max_episode_steps,
         reward_threshold=definition.reward_threshold,
-        kwargs={"env_id": definition.id, "vectorization_mode": "vector_entry_point"},
+        kwargs={"env_id": definition.id},
     )
 
 

@@ -86,12 +86,15 @@ def check_env(env: Any, where: str) -> None:
     raise key_error(where, "env", f"unknown env {env!r}{hint}")
 
 
-def vectorize_our_env(config: Any) -> None:
+def vectorize_our_env(config: Any, settings: dict | None = None) -> None:
     """RLlib's stock env runner builds our ids as the vector envs they are (gymnasium's
-    ``vector_entry_point``), not as N copies of a single env, unless the config chose a mode."""
+    ``vector_entry_point``), not as N copies of a single env, unless the experiment chose a mode
+    (``gym_env_vectorize_mode`` among its ``settings``, or, for a Python file's config, a mode
+    other than RLlib's default): ``sync``/``async`` asked for are honoured."""
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     stock = config.env_runner_cls in (None, SingleAgentEnvRunner)
     ours = isinstance(config.env, str) and config.env.startswith(PACKAGE + ":")
-    if stock and ours and config.gym_env_vectorize_mode == type(config)().gym_env_vectorize_mode:
+    asked = "gym_env_vectorize_mode" in (settings or {})
+    if stock and ours and not asked and config.gym_env_vectorize_mode == type(config)().gym_env_vectorize_mode:
         config.env_runners(gym_env_vectorize_mode="vector_entry_point")

@@ -156,14 +156,14 @@ def build_config(run: Any, env: Any, settings: dict, where: str, from_command_li
     config.environment(env)
     settings = prepare_settings(config, settings, where)
     set_settings(config, settings, where, from_command_line)
-    vectorize_our_env(config)
+    vectorize_our_env(config, settings)
     if not contains_search_space(settings):
         validate_config(config, flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
         return config
     for variant in variants(settings):
         candidate = algorithm_config(run, where).environment(env)
         set_settings(candidate, variant, where, from_command_line)
-        vectorize_our_env(candidate)
+        vectorize_our_env(candidate, variant)
         validate_config(candidate, flatten_settings(variant, METHOD_SECTIONS), where, from_command_line)
     return config
 

@@ -208,7 +208,7 @@ def _python_experiment(path: str, config_overrides=None, stop_overrides=None, al
     config.environment(rllib_env_id(config.env, where))
     if config_overrides:
         apply_config(config, config_overrides, where, from_command_line=set(config_overrides))
-    vectorize_our_env(config)
+    vectorize_our_env(config, config_overrides)
     validate_python_config(config, where, dict(config_overrides or {}))
     stop = {**_stop(dict(namespace.get("stop") or {}), where), **_stop(stop_overrides or {}, "--stop")}
     check_stop(stop, config, where, allow_no_stop)

@@ -1,10 +1,17 @@
 """The suite's ids are usable from gymnasium and by RLlib's stock env runner, in fresh processes,
 and importing the package stays light (no Ray, no numba, nothing written)."""
 
+import dataclasses
 import json
 import os
 
-from rllib_gpuenv import ENV_IDS
+import gymnasium as gym
+import pytest
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+from gymnasium.wrappers import RecordEpisodeStatistics
+
+from rllib_gpuenv import ENV_IDS, register_env
+from rllib_gpuenv.envs import env_definition
 from tests.helpers import ROOT, run_python
 
 
@@ -28,20 +35,52 @@ print(json.dumps(out))
     assert set(result) == set(ENV_IDS)
 
 
-def test_sync_vectorisation_as_rllib_asks_still_gives_the_batched_env():
-    """RLlib's stock runner calls make_vec with vectorization_mode="sync" unless told otherwise;
-    the spec makes it the one batched env (numpy output), not N single envs."""
-    code = """
-import json, gymnasium as gym
-import rllib_gpuenv
-env = gym.make_vec("GPUCartPole-v1", num_envs=4, vectorization_mode="sync", backend="numba-cpu")
-single = gym.make("GPUPendulum-v1", g=9.81)
-vector, single = env.unwrapped, single.unwrapped
-print(json.dumps([type(env).__name__, vector.backend, vector.output, type(single).__name__, single.g]))
-"""
-    proc = run_python(code)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["CartPoleVectorEnv", "numba-cpu", "numpy", "PendulumEnv", 9.81]
+def test_make_vec_honours_the_vectorization_mode_asked_for():
+    """No mode: the batched env (numpy output). "sync"/"async": gymnasium's own vectorisation of
+    gymnasium's single env with the same parameters, with gymnasium's wrappers and vector_kwargs
+    (issue 28, 6c: the spec used to force its vector entry point whatever was asked)."""
+    batched = gym.make_vec("GPUCartPole-v1", num_envs=4, backend="numba-cpu")
+    assert type(batched).__name__ == "CartPoleVectorEnv" and batched.backend == "numba-cpu" and batched.output == "numpy"
+    sync = gym.make_vec(
+        "GPUCartPole-v1",
+        num_envs=3,
+        vectorization_mode="sync",
+        wrappers=[RecordEpisodeStatistics],
+        vector_kwargs={"copy": False},
+        masspole=0.2,
+    )
+    assert isinstance(sync, SyncVectorEnv) and sync.num_envs == 3 and sync.copy is False
+    assert isinstance(sync.envs[0], RecordEpisodeStatistics) and type(sync.envs[0].unwrapped).__name__ == "CartPoleEnv"
+    assert sync.envs[0].unwrapped.masspole == 0.2
+    sync.reset(seed=0)
+    sync.step(sync.action_space.sample())
+    asynchronous = gym.make_vec(
+        "GPUPendulum-v1", num_envs=2, vectorization_mode="async", vector_kwargs={"shared_memory": False}
+    )
+    try:
+        assert isinstance(asynchronous, AsyncVectorEnv) and asynchronous.shared_memory is False
+        obs, _ = asynchronous.reset(seed=0)
+        assert obs.shape == (2, 3)
+    finally:
+        asynchronous.close()
+    single = gym.make("GPUPendulum-v1", g=9.81).unwrapped
+    assert type(single).__name__ == "PendulumEnv" and single.g == 9.81
+
+
+def test_single_env_modes_of_a_vector_only_env_or_with_vector_arguments_fail_in_one_line():
+    definition = dataclasses.replace(env_definition("GPUCartPole-v1"), id="VectorOnlyCartPole-v0", gymnasium_env=None)
+    register_env(definition)
+    assert gym.make_vec("VectorOnlyCartPole-v0", num_envs=2).num_envs == 2
+    for mode in ("sync", "async"):
+        with pytest.raises(
+            ValueError, match=r"^VectorOnlyCartPole-v0 is a vector env only .*gym\.make_vec\('VectorOnlyCartPole-v0'"
+        ):
+            gym.make_vec("VectorOnlyCartPole-v0", num_envs=2, vectorization_mode=mode)
+    with pytest.raises(
+        ValueError, match=r"^the argument\(s\) backend, device belong to this package's batched GPUCartPole-v1"
+    ) as err:
+        gym.make_vec("GPUCartPole-v1", num_envs=2, vectorization_mode="sync", backend="torch", device="cpu")
+    assert "\n" not in str(err.value) and "gym_env_vectorize_mode='vector_entry_point'" in str(err.value)
 
 
 def test_importing_the_package_imports_no_ray_or_numba_and_writes_nothing():

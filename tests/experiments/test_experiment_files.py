@@ -379,6 +379,21 @@ def test_our_env_ids_reach_rllib_module_qualified_without_tune():
         gym.registry.pop("GPUCartPoleTestOnly-v0")
 
 
+def test_a_vectorize_mode_the_file_sets_is_honoured_for_our_env(tmp_path):
+    """Left unset, RLlib's stock runner gets our env's vector entry point; set, even to RLlib's
+    default "sync", it is kept (issue 28, 6c: it used to be replaced)."""
+    path = write(
+        tmp_path,
+        f"""
+        unset: {{run: PPO, env: GPUCartPole-v1, {STOP}}}
+        sync: {{run: PPO, env: GPUCartPole-v1, {STOP}, config: {{gym_env_vectorize_mode: sync}}}}
+        async: {{run: PPO, env: GPUCartPole-v1, {STOP}, config: {{gym_env_vectorize_mode: async}}}}
+        """,
+    )
+    modes = [str(e.config.gym_env_vectorize_mode) for e in load_experiments(path)]
+    assert modes == ["vector_entry_point", "sync", "async"]
+
+
 def test_asking_for_more_than_the_cluster_has_fails_at_once():
     stop = {"training_iteration": 1}
     exp = inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 3, "num_gpus_per_env_runner": 1}, stop)
