@@ -173,13 +173,44 @@ def blamed_key(message: str, flat_settings: dict, config: Any) -> str:
     return "config"
 
 
+def _n_step_problem(config: Any, flat_settings: dict) -> tuple[str, str] | None:
+    """SAC's (and CQL's) ``rollout_fragment_length`` shorter than ``n_step``: RLlib 2.60's own
+    message for it indexes an integer ``n_step`` and fails with "'int' object is not subscriptable"."""
+    from ray.rllib.algorithms.sac import SACConfig
+
+    n_step, fragment = getattr(config, "n_step", None), config.rollout_fragment_length
+    if not isinstance(config, SACConfig) or n_step is None or fragment == "auto" or config.in_evaluation:
+        return None
+    needed = n_step[1] if isinstance(n_step, (tuple, list)) else n_step
+    if not (_is_int(needed) and _is_int(fragment)) or fragment >= needed:
+        return None
+    key = "rollout_fragment_length" if "rollout_fragment_length" in flat_settings else "n_step"
+    return key, (
+        f"rollout_fragment_length={fragment} is shorter than n_step={n_step!r} needs: set rollout_fragment_length: "
+        f"{needed} (or auto), or a smaller n_step"
+    )
+
+
 def validate_config(config: Any, flat_settings: dict, where: str, from_command_line: Collection[str] = ()) -> None:
-    """RLlib's own ``validate()`` on a copy, before Ray starts; its errors in the one-line format."""
+    """RLlib's own ``validate()`` on a copy, before Ray starts; its errors in the one-line format.
+
+    Its errors name the setting they are about; where that setting is not in the file, the
+    message says that RLlib's own default for the algorithm is what fails (CQL's ``lr``)."""
+    problem = _n_step_problem(config, flat_settings)
+    if problem:
+        raise key_error(where, key_label(problem[0], from_command_line), problem[1])
     try:
         config.copy(copy_frozen=False).validate()
     except (ValueError, TypeError, AssertionError, KeyError) as err:
         message = one_line(err)
         key = blamed_key(message, flat_settings, config)
+        if key not in flat_settings and key != "config" and hasattr(config, key):
+            algorithm = type(config).__name__.removesuffix("Config")
+            fix = " (in the file: lr: null)" if key == "lr" and getattr(config, key) is not None else ""
+            message = (
+                f"not set in this file: RLlib's default for {algorithm} ({key}={getattr(config, key)!r}) fails RLlib's "
+                f"own check; set {key} in the config{fix}: {message}"
+            )
         raise key_error(where, key_label(key, from_command_line), message) from None
 
 

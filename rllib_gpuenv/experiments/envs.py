@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import re
 from typing import Any
 
 from rllib_gpuenv.experiments.checks import one_line
@@ -81,9 +83,51 @@ def check_env(env: Any, where: str) -> None:
 
         if _global_registry.contains(ENV_CREATOR, env):
             return
+    moved = moved_env_class(env) if not module else None
+    if moved:
+        raise key_error(
+            where,
+            "env",
+            f"unknown env {env!r}: RLlib moved that class to {moved}; RLlib's new API stack builds envs from gymnasium "
+            f"ids or ray.tune.register_env names, so pass the class from a Python experiment file "
+            f"(config.environment({moved.rsplit('.', 1)[-1]}))",
+        )
     close = difflib.get_close_matches(name, list(gym.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; register it with gymnasium or ray.tune.register_env"
     raise key_error(where, "env", f"unknown env {env!r}{hint}")
+
+
+OLD_EXAMPLE_ENVS = "ray.rllib.examples.env."  # RLlib's example env classes before Ray 2.10
+EXAMPLE_ENVS = "ray.rllib.examples.envs.classes."  # ... and in RLlib 2.60
+
+
+def moved_env_class(path: str) -> str | None:
+    """Where RLlib 2.60 keeps an example env class that an old file names by its old class path
+    (``ray.rllib.examples.env.repeat_after_me_env.RepeatAfterMeEnv``), if it still has it."""
+    if not path.startswith(OLD_EXAMPLE_ENVS) or "." not in path[len(OLD_EXAMPLE_ENVS) :]:
+        return None
+    module, _, name = path.rpartition(".")
+    candidates = [EXAMPLE_ENVS + module[len(OLD_EXAMPLE_ENVS) :]]
+    try:  # moved to another module of the same folder: find the class by name
+        import ray.rllib.examples.envs.classes as classes
+
+        folder = os.path.dirname(classes.__file__)
+        for root, _, files in os.walk(folder):
+            for file in sorted(files):
+                if file.endswith(".py"):
+                    with open(os.path.join(root, file), encoding="utf-8") as f:
+                        if re.search(rf"^class {re.escape(name)}\b", f.read(), re.M):
+                            relative = os.path.relpath(os.path.join(root, file[:-3]), folder).replace(os.sep, ".")
+                            candidates.append(EXAMPLE_ENVS + relative)
+    except ImportError:
+        return None
+    for candidate in candidates:
+        try:
+            if hasattr(importlib.import_module(candidate), name):
+                return f"{candidate}.{name}"
+        except ImportError:
+            continue
+    return None
 
 
 def vectorize_our_env(config: Any, settings: dict | None = None) -> None:

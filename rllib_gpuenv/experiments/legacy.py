@@ -130,7 +130,59 @@ OLD_STACK_SETTINGS = {
     "replay_sequence_length": "no replacement",
     "replay_batch_size": "set train_batch_size_per_learner",
     "replay_mode": "no replacement",
+    # Old SAC's (and DQN's) separate network settings: one model_config describes the RLModule today.
+    "Q_model": "the Q network is set in model_config today: fcnet_hiddens/fcnet_activation (encoder), "
+    "head_fcnet_hiddens/head_fcnet_activation (the Q and policy heads)",
+    "policy_model": "the policy network is set in model_config today: fcnet_hiddens/fcnet_activation (encoder), "
+    "head_fcnet_hiddens/head_fcnet_activation (the Q and policy heads)",
+    "q_model_config": "the Q network is set in model_config today: head_fcnet_hiddens/head_fcnet_activation",
+    "policy_model_config": "the policy network is set in model_config today: head_fcnet_hiddens/head_fcnet_activation",
 }
+
+# Algorithms RLlib removed (Ray 2.x; rllib_contrib kept some for a while) -> the successor to run
+# (None: none in RLlib 2.60).
+REMOVED_ALGORITHMS = {
+    "A2C": "PPO",
+    "A3C": "PPO",
+    "PG": "PPO",
+    "DDPPO": "PPO",
+    "ES": "PPO",
+    "ARS": "PPO",
+    "DDPG": "SAC",
+    "TD3": "SAC",
+    "APEX_DDPG": "SAC",
+    "MADDPG": "SAC",
+    "APEX": "DQN",
+    "ApexDQN": "DQN",
+    "SimpleQ": "DQN",
+    "R2D2": "DQN",
+    "QMIX": "DQN",
+    "SlateQ": "DQN",
+    "Dreamer": "DreamerV3",
+    "CRR": "CQL",
+    "DT": "BC",
+    "AlphaZero": None,
+    "AlphaStar": None,
+    "LeelaChessZero": None,
+    "MAML": None,
+    "MBMPO": None,
+    "BanditLinUCB": None,
+    "BanditLinTS": None,
+    "Random": None,
+}
+
+
+def removed_algorithm_hint(run: str) -> str | None:
+    """What to run instead of an algorithm RLlib removed (None for a name that never was one)."""
+    if run not in REMOVED_ALGORITHMS:
+        return None
+    successor = REMOVED_ALGORITHMS[run]
+    if successor is None:
+        return f"RLlib removed {run} and has no successor for it"
+    device = {"PPO": " (DevicePPO for this package's envs)", "DQN": " (DeviceDQN for this package's envs)"}.get(successor, "")
+    return f"RLlib removed {run}; its successor is {successor}: run: {successor}{device}"
+
+
 # IMPALA/APPO's RMSProp settings were old-stack only (DQN's `epsilon` is today's exploration schedule).
 IMPALA_OLD_STACK_SETTINGS = {
     key: "IMPALA/APPO Learners use Adam (lr, grad_clip)" for key in ("opt_type", "decay", "momentum", "epsilon")

@@ -21,7 +21,12 @@ from rllib_gpuenv.experiments.checks import (
 )
 from rllib_gpuenv.experiments.envs import rllib_env_id, vectorize_our_env
 from rllib_gpuenv.experiments.errors import key_error
-from rllib_gpuenv.experiments.legacy import translate_config, translate_model_config
+from rllib_gpuenv.experiments.legacy import (
+    REMOVED_ALGORITHMS,
+    removed_algorithm_hint,
+    translate_config,
+    translate_model_config,
+)
 
 # Our own config sections: DevicePPOConfig methods taking keyword arguments.
 METHOD_SECTIONS = ("device_rollouts", "devices")
@@ -65,6 +70,10 @@ def algorithm_config(run: Any, where: str = "<command line>"):
         return device_algorithms[run]()
     if run not in ALGORITHMS:
         names = [*device_algorithms, *sorted(ALGORITHMS)]
+        removed = removed_algorithm_hint(str(run))
+        if removed:
+            available = "" if REMOVED_ALGORITHMS[run] else f"; available: {', '.join(names)}"
+            raise key_error(where, "run", f"unknown algorithm {run!r}: {removed}{available}")
         close = difflib.get_close_matches(str(run), names, n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise key_error(where, "run", f"unknown algorithm {run!r}; {hint}available: {', '.join(names)}")

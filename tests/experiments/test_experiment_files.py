@@ -247,6 +247,64 @@ def test_bad_experiment_files_name_the_file_experiment_and_key(tmp_path, body, m
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        # RLlib 2.60's own message for this combination fails with "'int' object is not subscriptable"
+        (
+            f"x: {{run: SAC, env: Pendulum-v1, {STOP}, config: {{n_step: 3, rollout_fragment_length: 1}}}}",
+            r"experiment 'x': rollout_fragment_length: rollout_fragment_length=1 is shorter than n_step=3 needs: "
+            r"set rollout_fragment_length: 3 \(or auto\), or a smaller n_step$",
+        ),
+        (
+            f"x: {{run: SAC, env: Pendulum-v1, {STOP}, config: {{n_step: [2, 4], rollout_fragment_length: 3}}}}",
+            r"experiment 'x': rollout_fragment_length: .* set rollout_fragment_length: 4 ",
+        ),
+        # the file never set lr: RLlib's own default for CQL fails RLlib's own check
+        (
+            f"x: {{run: CQL, env: Pendulum-v1, {STOP}, config: {{input: dataset}}}}",
+            r"experiment 'x': lr: not set in this file: RLlib's default for CQL \(lr=0.0003\) fails RLlib's own check; "
+            r"set lr in the config \(in the file: lr: null\)",
+        ),
+        # removed algorithms name their successor, not a look-alike name (A2C is not SAC)
+        (
+            f"x: {{run: A2C, env: CartPole-v1, {STOP}}}",
+            r"run: unknown algorithm 'A2C': RLlib removed A2C; its successor is PPO: run: PPO",
+        ),
+        (
+            f"x: {{run: DDPG, env: Pendulum-v1, {STOP}}}",
+            r"run: unknown algorithm 'DDPG': RLlib removed DDPG; its successor is SAC",
+        ),
+        (f"x: {{run: APEX, env: CartPole-v1, {STOP}}}", r"run: unknown algorithm 'APEX': .* its successor is DQN: run: DQN"),
+        # RLlib's example envs moved
+        (
+            f"x: {{run: PPO, env: ray.rllib.examples.env.repeat_after_me_env.RepeatAfterMeEnv, {STOP}}}",
+            r"env: unknown env 'ray.rllib.examples.env.repeat_after_me_env.RepeatAfterMeEnv': RLlib moved that class to "
+            r"ray.rllib.examples.envs.classes.repeat_after_me_env.RepeatAfterMeEnv; .*config.environment\(RepeatAfterMeEnv\)",
+        ),
+    ],
+)
+def test_old_files_errors_name_the_real_cause(tmp_path, body, message):
+    """Issue 28, 6g: what real old files got blamed on the wrong thing."""
+    path = write(tmp_path, body)
+    with pytest.raises(ExperimentError, match=message) as err:
+        load_experiments(path)
+    assert "\n" not in str(err.value)
+
+
+def test_old_sac_network_keys_point_to_model_config(tmp_path, caplog):
+    path = write(
+        tmp_path,
+        f"x: {{run: SAC, env: Pendulum-v1, {STOP}, config: {{Q_model: {{fcnet_hiddens: [64]}}, policy_model: {{}}}}}}",
+    )
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        load_experiments(path)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("rllib_gpuenv")]
+    for key in ("Q_model", "policy_model"):
+        (line,) = [line for line in lines if f": {key}: " in line]
+        assert "dropped" in line and "model_config" in line and "head_fcnet_hiddens" in line, line
+
+
 def test_every_bad_experiment_of_a_file_is_named_at_once(tmp_path):
     path = write(
         tmp_path,
