@@ -8,6 +8,7 @@ The traceback of an error turned into one line goes to the log at debug level
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import signal
@@ -41,7 +42,16 @@ def missing_extra(err: BaseException) -> str | None:
 
 def run_command(prog: str, func, args) -> int:
     """``func(args)`` as a command: its return code, or 2 after one line for a user's mistake,
-    130 after Ctrl-C."""
+    130 after Ctrl-C. Afterwards the objects made are frozen: Python's last garbage collection at
+    exit would walk everything RLlib and torch made (seconds after the command's last line), and
+    the OS frees a process's memory anyway."""
+    try:
+        return _run(prog, func, args)
+    finally:
+        gc.freeze()
+
+
+def _run(prog: str, func, args) -> int:
     from gymnasium.error import DependencyNotInstalled
 
     from rllib_gpuenv.experiments.checks import one_line

@@ -85,6 +85,26 @@ class ResultLoggers:
             callback.log_trial_end(self.run, failed=failed)
 
 
+class StartupTimes:
+    """Where the seconds before the first iteration went: Python and imports (since the process
+    started), then each step named by ``done``."""
+
+    def __init__(self):
+        import psutil
+
+        self.parts = [("Python and imports", time.time() - psutil.Process().create_time())]
+        self._last = time.perf_counter()
+
+    def done(self, part: str) -> None:
+        now = time.perf_counter()
+        self.parts.append((part, now - self._last))
+        self._last = now
+
+    def summary(self) -> str:
+        total = sum(seconds for _, seconds in self.parts)
+        return f"ready after {total:.1f} s: " + ", ".join(f"{part} {seconds:.1f} s" for part, seconds in self.parts)
+
+
 def _stop_reached(result: dict, stop: dict) -> bool:
     """Tune's rule for a stop dict: stop when any metric reaches its value."""
     return any(lookup(result, key, float("nan")) >= value for key, value in stop.items())
@@ -152,7 +172,10 @@ def train(
     if resume is None:
         config.copy(copy_frozen=False).validate()  # a device or setting that cannot work fails before Ray starts
 
+    startup = StartupTimes()
+    ray_was_running = ray.is_initialized()
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    startup.done("starting Ray")
     if resume is not None:
         from ray.rllib.algorithms.algorithm import Algorithm
 
@@ -161,13 +184,15 @@ def train(
         print(f"resuming {resume} at iteration {algo.iteration}")
     else:
         algo = config.build_algo()
+    startup.done("building the algorithm")
     loggers = ResultLoggers(directory, config.to_dict())
     criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
     print(
         f"{name} ({config_file}): {type(algo).__name__} on {str(config.env).split(':')[-1]}, {_devices(algo)}; stops at "
         f"{criteria}"
     )
-    print(f"logging every iteration to {directory} (progress.csv, result.json, TensorBoard events)", flush=True)
+    print(f"logging every iteration to {directory} (progress.csv, result.json, TensorBoard events)")
+    print(startup.summary(), flush=True)
     progress = IterationLines(stop["training_iteration"], target, bar=progress_bar)
     failed = True
     try:
@@ -194,16 +219,18 @@ def train(
                 f"the target {target:g}"
             )
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
-        print(f"checkpoint saved to {checkpoint}")
-        if interrupt.requested and not reached:
-            print(f"go on from it with: rllib-gpuenv train --resume {checkpoint}")
-        print(f"metrics in {directory}/progress.csv; TensorBoard: tensorboard --logdir {directory}")
         failed = False
-        return TrainingRun(directory, checkpoint, reached)
     finally:
         progress.close()
         loggers.close(failed=failed)
         algo.stop()
+    if not ray_was_running:
+        ray.shutdown()  # now, so that the summary is the last thing the user waits for
+    print(f"checkpoint saved to {checkpoint}")
+    if interrupt.requested and not reached:
+        print(f"go on from it with: rllib-gpuenv train --resume {checkpoint}")
+    print(f"metrics in {directory}/progress.csv; TensorBoard: tensorboard --logdir {directory}")
+    return TrainingRun(directory, checkpoint, reached)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import csv
 import io
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -29,6 +30,7 @@ def tiny_run(tmp_path_factory):
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             run = train(tiny, device="cpu", storage_path=str(root / "results"), progress_bar=True)
+        assert ray.is_initialized()  # the caller's Ray: the job leaves it running (it shuts down only one it started)
     finally:
         ray.shutdown()
     return run, out.getvalue(), err.getvalue()
@@ -158,5 +160,13 @@ def test_the_main_job_runs_from_a_built_wheel_outside_the_repository(tmp_path):
     config_file = os.path.join(venv_site, "rllib_gpuenv", "configs", "gpu_cartpole_ppo.yaml")
     assert f"gpu-cartpole-ppo ({config_file}): DevicePPO on GPUCartPole-v1" in job.stdout, job.stdout
     assert "iter    2" in job.stdout, job.stdout
+    # where the start-up time went, in parts that add up to the whole
+    (ready,) = re.findall(
+        r"ready after (.+) s: Python and imports (.+) s, starting Ray (.+) s, building the algorithm (.+) s", job.stdout
+    )
+    total, *parts = map(float, ready)
+    assert min(parts) > 0 and sum(parts) == pytest.approx(total, abs=0.25)
+    # the checkpoint and metrics lines are the last (printed once the algorithm and Ray have stopped)
+    assert job.stdout.rstrip().splitlines()[-2].startswith("checkpoint saved to "), job.stdout
     (run_dir,) = (elsewhere / "runs").iterdir()
     assert (run_dir / "progress.csv").is_file() and (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()
