@@ -18,11 +18,22 @@ Kernels are compiled on first use and cached on disk by numba (a kernel's name c
 of the sources and parameters it was built from, so an edit compiles afresh rather than loading
 a stale kernel).
 
-Threads: ``num_threads`` fixes them; by default the backend uses at most the CPUs this process
-may run on (its affinity mask; the device env runner passes a remote runner's
-``num_cpus_per_env_runner``), and fewer while fewer are faster (``ThreadTuner``): a parallel
-region waits for its slowest thread, so on a machine whose other cores are busy, two threads
-can take longer than one.
+Threads: ``num_threads`` fixes them (a user's count always wins). By default the backend
+starts with one thread per ``ENVS_PER_THREAD`` (4096) envs, at least one, at most the CPUs this
+process may run on (its affinity mask): fewer than 8192 envs start on one thread, because
+starting a parallel region costs more than stepping a few thousand cheap envs serially
+(benchmarks/RESULTS.md, "numba-cpu threads by num_envs": on 2 cores two threads are slower up
+to 4096 CartPoles and 1.5x faster from 16384). From there it moves to whichever count, up to
+those CPUs, steps fastest now (``ThreadTuner``): a costlier env (Acrobot's RK4 is 1.5-1.8x faster
+on two threads from 256 envs) gets its threads after a few hundred steps, and on a machine whose
+other cores are busy one thread can beat two, since a parallel region waits for its slowest
+thread.
+
+The device env runner passes a remote runner's ``num_cpus_per_env_runner``, and for envs
+stepped in the learner's own process (the driver's runner with ``num_env_runners=0`` and a local
+learner) a fixed half of this default (``learner_process_threads``), so that the env's threads
+do not fight the learner's torch threads, which no env-step timing sees: there, every core cost
+RLlib's DQN example 55 s to iteration 10 against 41 s with one thread (issue 28, 2 cores).
 """
 
 from __future__ import annotations
@@ -156,14 +167,25 @@ def use_threads(count: int) -> None:
         _threads_set.count = count
 
 
-def default_num_threads() -> int:
+ENVS_PER_THREAD = 4096  # fewer envs per thread: a parallel region costs more than it saves
+
+
+def default_num_threads(num_envs: int | None = None) -> int:
     """The CPUs this process may run on (its affinity mask: what Ray, taskset or a container
-    gave it), at most numba's thread pool."""
+    gave it), at most numba's thread pool, and, given ``num_envs``, at most one thread per
+    ``ENVS_PER_THREAD`` envs (at least one)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, numba.config.NUMBA_NUM_THREADS))
+    threads = max(1, min(cpus, numba.config.NUMBA_NUM_THREADS))
+    return threads if num_envs is None else max(1, min(threads, num_envs // ENVS_PER_THREAD))
+
+
+def learner_process_threads(num_envs: int) -> int:
+    """Threads for envs stepped in the same process as a learner: half the default, at least
+    one (the learner's torch threads need the rest)."""
+    return max(1, default_num_threads(num_envs) // 2)
 
 
 class ThreadTuner:
@@ -176,9 +198,11 @@ class ThreadTuner:
     twice their time, so trials are rare: 2 steps in 258 (< 1 % of the time).
     """
 
-    def __init__(self, maximum: int, explore_every: int = 256, trial: int = 2, smoothing: float = 0.25):
+    def __init__(
+        self, maximum: int, explore_every: int = 256, trial: int = 2, smoothing: float = 0.25, start: int | None = None
+    ):
         self.maximum, self.explore_every, self.trial, self.smoothing = maximum, explore_every, trial, smoothing
-        self.best = maximum
+        self.best = maximum if start is None else max(1, min(start, maximum))
         self.seconds: dict[int, float] = {}
         self._count = 0
         self._trying: int | None = None
@@ -227,7 +251,8 @@ class NumbaCPUBackend(Backend):
         if num_threads is not None and not (isinstance(num_threads, int) and 1 <= num_threads <= limit):
             raise ValueError(f"num_threads must be an integer in 1..{limit} (numba's thread pool), got {num_threads!r}")
         self.num_threads = num_threads or default_num_threads()
-        self._tuner = None if num_threads is not None else ThreadTuner(self.num_threads)
+        # Start from one thread per ENVS_PER_THREAD envs; the tuner tries more where they pay (costlier envs).
+        self._tuner = None if num_threads is not None else ThreadTuner(self.num_threads, start=default_num_threads(num_envs))
         self._kernel = kernel_for(env, dtype)
         self._arguments = KernelArguments(self._kernel.py_func)
         self._outputs = StepOutputs.allocate(env.definition.obs_size, num_envs, dtype, device)

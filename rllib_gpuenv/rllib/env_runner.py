@@ -169,8 +169,15 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         return runner_device(requested, self.worker_index or 0, config.num_gpus_per_env_runner, config)
 
     def _num_threads(self) -> int | None:
-        """numba-cpu envs use the CPUs Ray gave a remote runner; the local runner's process all of its own."""
-        return max(1, int(self.config.num_cpus_per_env_runner)) if self.worker_index else None
+        """numba-cpu envs use the CPUs Ray gave a remote runner; the local runner's process all of its own,
+        but half of them where it steps the envs beside a local learner (``learner_process_threads``)."""
+        if self.worker_index:
+            return max(1, int(self.config.num_cpus_per_env_runner))
+        if not self.config.num_env_runners and not self.config.num_learners:
+            from rllib_gpuenv.backends.numba_cpu import learner_process_threads
+
+            return learner_process_threads(self.config.num_envs_per_env_runner)
+        return None
 
     def _samplers(self) -> int:
         """How many runners share the training envs (the episode window and the step count are split over them)."""

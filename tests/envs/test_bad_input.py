@@ -174,3 +174,24 @@ def test_thread_tuner_moves_to_the_faster_count():
     assert tuner.best == 1
     fixed = CartPoleVectorEnv(4, backend="numba-cpu", num_threads=1)
     assert fixed._backend._tuner is None and fixed._backend.threads_in_use == 1
+
+
+def test_numba_cpu_starts_small_vectors_on_one_thread_and_a_users_count_wins():
+    """Issue 28, 6f: a parallel region costs more than stepping a few thousand CartPoles serially
+    (benchmarks/RESULTS.md, "numba-cpu threads by num_envs"): one thread per ENVS_PER_THREAD envs."""
+    import numba
+
+    from rllib_gpuenv.backends.numba_cpu import ENVS_PER_THREAD, default_num_threads, learner_process_threads
+
+    cpus = default_num_threads()
+    small = CartPoleVectorEnv(16, backend="numba-cpu")
+    assert small._backend.threads_in_use == 1 and small._backend.num_threads == cpus  # the tuner may try more
+    small.reset(seed=0)
+    for _ in range(3):
+        small.step(np.zeros(16, dtype=np.int64))
+    assert small._backend.threads_in_use == 1
+    assert CartPoleVectorEnv(2 * ENVS_PER_THREAD, backend="numba-cpu")._backend.threads_in_use == min(2, cpus)
+    assert default_num_threads(ENVS_PER_THREAD - 1) == 1 and learner_process_threads(16) == 1
+    count = min(2, numba.config.NUMBA_NUM_THREADS)
+    user = CartPoleVectorEnv(16, backend="numba-cpu", num_threads=count)
+    assert user._backend._tuner is None and user._backend.threads_in_use == count
