@@ -5,8 +5,8 @@ and checking it), calls a chain of hooks, and logs a dozen metrics per minibatch
 ``MetricsLogger``; on a small network that costs about as much as the gradient step itself
 (benchmarks/RESULTS.md, "The lean update"). The data here is already a dict of tensors on the
 learner's device, so ``LeanUpdate.lean_update`` runs the epochs × minibatches loop over it with
-only what the math needs: one permutation per epoch drawn on the device, minibatches taken by
-indexing, the loss, ``backward``, RLlib's gradient postprocessing (clipping) and the optimizer
+only what the math needs: a permutation per epoch drawn on the device (none for the first, as
+in RLlib), minibatches taken by indexing, the loss, ``backward``, RLlib's gradient postprocessing (clipping) and the optimizer
 step. Metrics are logged once per update, with RLlib's keys and RLlib's meaning (its loss
 metrics are logged with ``window=1``, so what it reports is the last minibatch's: so here), and
 RLlib's ``before_/after_gradient_based_update`` hooks run as in its ``update`` (learning-rate and
@@ -68,9 +68,9 @@ class LeanUpdate:
         env_steps: int | None = None,
     ) -> dict:
         """``num_epochs`` passes over ``columns`` (equal-length tensors on this learner's device)
-        in minibatches of ``minibatch_size`` (None: the whole batch), shuffled each epoch if
-        ``shuffle`` (RLlib's iterator leaves the first epoch in the batch's order; here every
-        epoch is shuffled). Returns RLlib's reduced metrics, as ``Learner.update`` does."""
+        in minibatches of ``minibatch_size`` (None: the whole batch): the first epoch in the batch's
+        order and, if ``shuffle``, every later one shuffled, as RLlib's iterator does. Returns
+        RLlib's reduced metrics, as ``Learner.update`` does."""
         module_id = DEFAULT_MODULE_ID
         config = self.config.get_config_for_module(module_id)
         timesteps = timesteps or {}
@@ -83,7 +83,7 @@ class LeanUpdate:
         module = self.module[module_id]
         module.train()  # what RLlib's ``forward_train`` does before every ``_forward_train``: once is enough
         for epoch in range(num_epochs):
-            order = torch.randperm(rows, device=self._device) if shuffle and num_epochs > 1 else None
+            order = torch.randperm(rows, device=self._device) if shuffle and epoch > 0 else None  # RLlib's order
             for start in starts:
                 index = slice(start, start + size) if order is None else order[start : start + size]
                 minibatch = {key: column[index] for key, column in columns.items()}
