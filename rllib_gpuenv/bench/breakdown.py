@@ -269,7 +269,7 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
     if is_ppo:
         clock.wrap(algo, "update_learners", "update")
     else:  # the learner's round: n-step transitions and its replay buffer (training data), then its update
-        clock.wrap(algo.learner_group._learner, "update", "update")
+        clock.wrap(algo.learner_group._learner, "update_on_draws", "update")  # the lean update or RLlib's
         clock.wrap(dqn, "n_step_transitions", "training data")
     try:
         algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)

@@ -124,7 +124,7 @@ def test_ppo_advantages_bootstrap_at_truncations_only(ray_local):
     try:
         rollout = algo.env_runner.sample()
         learner = algo.learner_group._learner
-        batch = learner._with_advantages(rollout_batch(rollout), rollout.length).policy_batches["default_policy"]
+        batch = learner._with_advantages(rollout_batch(rollout), rollout.length)
         with torch.no_grad():
             values = learner.module["default_policy"].compute_values(
                 {"obs": torch.cat([rollout.obs, rollout.last_obs[None]]).reshape(-1, 2)}
