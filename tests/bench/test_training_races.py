@@ -1,0 +1,155 @@
+"""Smoke tests of the training races and the learners benchmark at tiny sizes (the slow benchmarks, in a
+file of their own so that the test workers share them out)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from tests.bench.runs import bench, outputs, tiny_dqn_file
+from tests.helpers import ROOT
+
+
+def test_training_curves(tmp_path):
+    # Every RLlib contender (stock-runner, stock-rllib, stock-rllib-8envs) takes the device's path with
+    # another experiment file, and those files load in test_experiment_files: one RLlib run and SB3's.
+    contenders = ["device", "sb3"]
+    out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "10")
+    assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
+    assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
+    result = outputs(tmp_path, "training")
+    assert [r["contender"] for r in result["rows"]] == contenders
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
+        half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
+        assert run["lowest_after_half"] == (None if half is None else min(p[2] for p in run["curve"][half:]))
+
+
+def test_training_curves_pendulum_ppo(tmp_path):
+    """Continuous PPO: ours (the shipped Pendulum file); stock RLlib's and SB3's runs take the paths
+    test_training_curves covers (their settings load in test_experiment_files)."""
+    out = bench(
+        tmp_path,
+        "training",
+        "--task",
+        "pendulum-ppo",
+        "--contenders",
+        "device",
+        "--seeds",
+        "0",
+        "--target",
+        "-1400",
+        "--budget",
+        "4",
+    )
+    assert (
+        "pendulum-ppo: time and env steps to a mean return of -1400" in out.stdout
+        and "lowest return after -1300" in out.stdout
+    )
+    result = outputs(tmp_path, "training_pendulum-ppo")
+    assert result["meta"]["task"] == "pendulum-ppo" and [r["contender"] for r in result["rows"]] == ["device"]
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    assert result["rows"][0]["config_file"].endswith("gpu_pendulum_ppo.yaml")
+
+
+def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp_path):
+    """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml). Stock RLlib's
+    runs take the path test_training_curves covers (its DQN file loads in test_experiment_files); SB3's DQN runs in
+    test_sb3_goes_on_past_rl_zoos_steps_until_the_target."""
+    settings = tiny_dqn_file(tmp_path)
+    out_dir = tmp_path / "out"
+    out = bench(
+        out_dir,
+        "training",
+        "--task",
+        "cartpole-dqn",
+        "--contenders",
+        "device",
+        "--seeds",
+        "0",
+        "--target",
+        "25",
+        "--budget",
+        "4",
+        "--device-config",
+        str(settings),
+    )
+    assert "cartpole-dqn: time and env steps to a mean return of 25" in out.stdout
+    result = outputs(out_dir, "training_cartpole-dqn")
+    assert [r["contender"] for r in result["rows"]] == ["device"]
+    assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
+    device = next(run for run in result["meta"]["curves"] if run["contender"] == "device")
+    assert device["config_file"] == str(settings)
+    assert all(p[1] % 48 == 0 for p in device["curve"])  # rounds of the file's 12 envs x 4 steps
+
+
+def test_sb3_goes_on_past_rl_zoos_steps_until_the_target():
+    """RL-Zoo's DQN budget (50k CartPole steps) holds at most 100 episodes, so its last-100 mean
+    cannot reach 475 inside it: SB3 then trains on (here: 8 steps end before any episode does)."""
+    from rllib_gpuenv.bench.training import SB3Setup, _sb3_curve
+
+    setup = SB3Setup(
+        "DQN", "CartPole-v1", n_envs=1, total_timesteps=8, hyperparameters=dict(learning_starts=1000, train_freq=4)
+    )
+    run = _sb3_curve(setup, seed=0, target=5.0, budget_s=600.0)
+    seconds, steps, mean = run["curve"][-1]
+    assert steps > 8 and mean >= 5.0
+    assert [p[0] for p in run["curve"]] == sorted(p[0] for p in run["curve"])  # one clock across the learn() calls
+
+
+def test_training_refuses_a_contender_the_task_lacks(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllib_gpuenv.cli",
+        "bench",
+        "training",
+        "--task",
+        "pendulum-ppo",
+        "--contenders",
+        "stock-runner",
+        "--out",
+        str(tmp_path),
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300, check=False
+    )
+    assert (
+        out.returncode != 0
+        and "task 'pendulum-ppo' has no contender 'stock-runner': its contenders are device, stock-rllib, sb3" in out.stderr
+    )
+
+
+def test_learners(tmp_path):
+    """One local learner beside 2 colocated and 2 separate ones: throughput, time to a small target, the rollout trip."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        textwrap.dedent("""
+        tiny:
+          run: DevicePPO
+          env: GPUCartPole-v1
+          stop: {training_iteration: 100}
+          config: {num_envs_per_env_runner: 16, device_rollouts: {rollout_length: 8}, minibatch_size: 64, num_epochs: 1}
+    """)
+    )
+    out = bench(
+        tmp_path,
+        "learners",
+        "--learners",
+        "2",
+        "--seeds",
+        "0",
+        "--iterations",
+        "1",
+        "--target",
+        "15",
+        "--budget",
+        "60",
+        "--config-file",
+        str(config),
+    )
+    assert "a rollout's trip from an env runner to a learner" in out.stdout
+    rows = outputs(tmp_path, "learners")["rows"]
+    assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2), ("separate", 2)]
+    assert [r["env_steps_per_iteration"] for r in rows] == [128, 256, 256]  # weak scaling: 16 envs x 8 steps per sampler
+    assert all(r["env_steps_per_s"] > 0 and r["runs"][0]["seconds"] is not None for r in rows), rows
