@@ -153,3 +153,12 @@ def test_learners(tmp_path):
     assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2), ("separate", 2)]
     assert [r["env_steps_per_iteration"] for r in rows] == [128, 256, 256]  # weak scaling: 16 envs x 8 steps per sampler
     assert all(r["env_steps_per_s"] > 0 and r["runs"][0]["seconds"] is not None for r in rows), rows
+
+
+def test_curves_of_runs_too_short_to_end_an_episode_still_plot(tmp_path):
+    """A budget that ends before any episode does (a loaded machine) leaves curves at time and step 0: no log axis then."""
+    from rllib_gpuenv.bench.training import TASKS, plot_curves
+
+    runs = [{"contender": "device", "curve": [(0.0, 0, float("nan"))]}, {"contender": "device", "curve": []}]
+    path = plot_curves(runs, -1400, str(tmp_path), TASKS["pendulum-ppo"])
+    assert os.path.getsize(path) > 0
