@@ -110,6 +110,17 @@ class DeviceRolloutsConfig:
         for device in (self.env_runner_device, self.eval_env_runner_device):
             if device not in (None, "auto"):
                 resolve_device(device)  # an unknown or absent device fails here, clearly
+        mode = getattr(self.gym_env_vectorize_mode, "value", self.gym_env_vectorize_mode)
+        if (
+            isinstance(self.env_runner_cls, type)
+            and issubclass(self.env_runner_cls, DeviceEnvRunner)
+            and str(mode).lower() == "async"
+        ):
+            raise ValueError(
+                "gym_env_vectorize_mode='async' asks for gymnasium's AsyncVectorEnv, but the device env runner steps its "
+                "envs in its own process (this package's ids batched on its device, other ids through gymnasium's sync "
+                "vectorisation): leave it unset, or use RLlib's env runner (env_runner_cls=SingleAgentEnvRunner)"
+            )
         if self.learner_layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {self.learner_layout!r}")
         if self.learner_layout == "colocated" and self.num_env_runners > 0:
