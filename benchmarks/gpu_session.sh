@@ -10,7 +10,8 @@
 #             runners sharing the GPU, a colocated learner actor stepping its envs on the GPU), the PTX compile for the device's compute capability, the
 #             simulator and host-read tests;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
-#             envs, sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown;
+#             envs, sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown, the time per
+#             gradient step of the lean update against RLlib's and plain torch on the GPU (bench update);
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_1024envs.yaml), DQN, and Pendulum
 #             PPO to -300, on the device path, 3 seeds each; one learner in the driver against one colocated
 #             learner actor on the GPU and the separate layout (an env runner and a learner sharing the GPU),
@@ -62,7 +63,8 @@ run)
             bench . block_size block-size --num-envs 65536,1048576,16777216
             bench . scaling scaling --num-envs 1024..16777216 --only numba torch
             bench . sampling sampling --num-envs 4096,65536,1048576
-            bench . breakdown breakdown ;;
+            bench . breakdown breakdown
+            bench . update update --device cuda --minibatch-sizes 128,512,1024,4096 ;;
         training)
             bench . training training --contenders device --budget 60
             bench ppo_1024envs training training --contenders device --budget 60 --device-config configs/gpu_cartpole_ppo_1024envs.yaml
