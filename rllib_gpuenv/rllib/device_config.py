@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from ray.rllib.algorithms.algorithm_config import NotProvided
 
-from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
+from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner, check_prefixed_id
 
 # Where the envs are when there are remote learners (num_learners >= 1): "colocated", in the
 # learners (each steps num_envs_per_env_runner envs on its own device and trains on them);
@@ -110,6 +110,8 @@ class DeviceRolloutsConfig:
         for device in (self.env_runner_device, self.eval_env_runner_device):
             if device not in (None, "auto"):
                 resolve_device(device)  # an unknown or absent device fails here, clearly
+        if isinstance(self.env, str) and ":" in self.env:
+            check_prefixed_id(self.env)  # "gymnax:CartPole-v1" is not gymnasium's CartPole-v1
         mode = getattr(self.gym_env_vectorize_mode, "value", self.gym_env_vectorize_mode)
         if (
             isinstance(self.env_runner_cls, type)

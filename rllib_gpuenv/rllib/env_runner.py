@@ -72,6 +72,31 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
     return torch.device("cpu")  # a remote runner without GPUs (Ray hides them from it)
 
 
+def check_prefixed_id(env_spec: str) -> None:
+    """Import the module of a ``"module:Env-v0"`` id, as gymnasium does, and check that the id is
+    one it registered. gymnasium itself would fall back to any env of that name, so that
+    ``"gymnax:CartPole-v1"`` silently trained on gymnasium's own CPU CartPole."""
+    module, name = env_spec.split(":", 1)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        raise ValueError(
+            f"{env_spec!r}: no module {err.name!r} to import (install it, or drop the '{module}:' prefix)"
+        ) from None
+    try:
+        spec = gym.spec(name)
+    except gym.error.Error as err:
+        raise ValueError(f"{env_spec!r}: importing {module} registered no gymnasium env {name!r} ({err})") from None
+    entry = spec.entry_point or spec.vector_entry_point
+    origin = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+    if module.split(".")[0] != "gymnasium" and str(origin).startswith("gymnasium."):
+        raise ValueError(
+            f"{env_spec!r}: {module} registers no gymnasium env {name!r}, and gymnasium would use its own instead "
+            f"({origin}): name an env that {module} registers with gymnasium, or drop the '{module}:' prefix for "
+            "gymnasium's (JAX envs such as gymnax's are not gymnasium registrations)"
+        )
+
+
 def make_device_env(
     env_spec, num_envs: int, device: torch.device, env_config: dict, num_threads: int | None = None
 ) -> gym.vector.VectorEnv:
@@ -86,7 +111,7 @@ def make_device_env(
         k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
     }
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
-        importlib.import_module(env_spec.split(":", 1)[0])
+        check_prefixed_id(env_spec)
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:
         if num_threads is not None and env_config.get("backend", "auto") in ("auto", "numba-cpu"):
             env_config.setdefault("num_threads", num_threads)

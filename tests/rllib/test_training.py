@@ -207,6 +207,15 @@ def test_checkpoint_of_a_gpu_learner_restores_on_the_cpu(tmp_path):
             lambda c: c.env_runners(gym_env_vectorize_mode=gym.VectorizeMode.ASYNC),
             r"gym_env_vectorize_mode='async'",
         ),
+        # a prefix names the library the id must come from: never a silent fall-back to gymnasium's own id
+        (
+            lambda c: c.environment("json:CartPole-v1"),
+            r"json registers no gymnasium env 'CartPole-v1', and gymnasium would use its own",
+        ),
+        (
+            lambda c: c.environment("gymnax:CartPole-v1"),
+            r"'gymnax:CartPole-v1': (no module 'gymnax' to import|gymnax registers no gymnasium env)",
+        ),
     ],
 )
 def test_bad_configs_fail_clearly(change, message):
