@@ -582,7 +582,8 @@ def plot_curves(runs: list[dict], target: float, out_dir: str, task: Task = TASK
             linewidth=1,
             label=f"halfway to the target ({halfway:g}): instability is the lowest return after it" if i == 0 else None,
         )
-        positive = any(point[i] > 0 for r in runs for point in r["curve"])  # none in a run too short to end an episode
+        # a run too short to end an episode has no return to draw: no log axis without a positive x beside a return
+        positive = any(point[i] > 0 and math.isfinite(point[2]) for r in runs for point in r["curve"])
         ax.set(xlabel=xlabel, ylabel="mean return (last 100 episodes)", xscale="log" if positive else "linear")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_title(f"{task.name}: return vs wall time (one line per seed)")

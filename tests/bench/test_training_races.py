@@ -156,9 +156,14 @@ def test_learners(tmp_path):
 
 
 def test_curves_of_runs_too_short_to_end_an_episode_still_plot(tmp_path):
-    """A budget that ends before any episode does (a loaded machine) leaves curves at time and step 0: no log axis then."""
+    """A budget that ends before any episode does (a loaded machine) leaves curves without a return: no log axis then."""
     from rllib_gpuenv.bench.training import TASKS, plot_curves
 
-    runs = [{"contender": "device", "curve": [(0.0, 0, float("nan"))]}, {"contender": "device", "curve": []}]
+    nan = float("nan")
+    runs = [
+        {"contender": "device", "curve": [(0.0, 0, nan)]},
+        {"contender": "device", "curve": [(1.0, 100, nan), (2.0, 200, nan)]},
+        {"contender": "device", "curve": []},
+    ]
     path = plot_curves(runs, -1400, str(tmp_path), TASKS["pendulum-ppo"])
     assert os.path.getsize(path) > 0
