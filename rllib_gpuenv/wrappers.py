@@ -105,6 +105,8 @@ class RescaleObservations(VectorWrapper):
 
     def step(self, actions):
         obs, reward, terminated, truncated, info = self.env.step(actions)
+        if isinstance(info, dict) and isinstance(info.get("final_obs"), torch.Tensor):  # SAME_STEP: the real last obs
+            info = {**info, "final_obs": self._rescale(info["final_obs"])}
         return self._rescale(obs), reward, terminated, truncated, info
 
 

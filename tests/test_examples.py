@@ -55,6 +55,7 @@ def test_write_your_own_env():
             "env runner on cpu, learner on cpu",
         ),
         ("device_env_any_gymnasium_env.py", ["--iterations", "1"], "iter   1"),
+        ("torch_vector_env.py", ["--iterations", "2"], "iter   2"),
     ],
 )
 def test_training_examples(name, args, expected):

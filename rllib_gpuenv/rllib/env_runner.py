@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import collections
 import importlib
+import inspect
 import logging
 import math
+import sys
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
+from gymnasium.envs.registration import load_env_creator
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -43,6 +45,7 @@ from ray.rllib.utils.metrics import (
 from rllib_gpuenv.core.devices import resolve_device
 from rllib_gpuenv.envs import env_definition, make_vector_env
 from rllib_gpuenv.rllib import action_sampling
+from rllib_gpuenv.rllib.autoreset import StepReader
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, RescaleObservations
 
@@ -72,40 +75,75 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
     return torch.device("cpu")  # a remote runner without GPUs (Ray hides them from it)
 
 
+# Libraries whose envs are JAX functions: nothing of theirs is a gymnasium id, whatever is installed.
+JAX_ENV_LIBRARIES = ("gymnax", "brax")
+
+
 def check_prefixed_id(env_spec: str) -> None:
     """Import the module of a ``"module:Env-v0"`` id, as gymnasium does, and check that the id is
     one it registered. gymnasium itself would fall back to any env of that name, so that
-    ``"gymnax:CartPole-v1"`` silently trained on gymnasium's own CPU CartPole."""
+    ``"gymnax:CartPole-v1"`` silently trained on gymnasium's own CPU CartPole.
+
+    Where the import is new, the id must be one it registered (or registered again); where the
+    module was imported before, the id's entry point must not be gymnasium's own, nor the
+    suite's (``rllib_gpuenv``'s) unless the module is this package."""
     module, name = env_spec.split(":", 1)
+    top = module.split(".")[0]
+    if top in JAX_ENV_LIBRARIES:
+        raise ValueError(
+            f"{env_spec!r}: {top} registers no gymnasium env {name!r} (its envs are JAX functions), and the device env "
+            f"runner does not step JAX envs yet: wrap the env in a torch gymnasium VectorEnv (README: 'Bring your own "
+            f"device env'), or drop the '{module}:' prefix for a gymnasium id"
+        )
+    newly_imported = module not in sys.modules
+    before = gym.registry.get(name)
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as err:
         raise ValueError(
             f"{env_spec!r}: no module {err.name!r} to import (install it, or drop the '{module}:' prefix)"
         ) from None
-    try:
-        spec = gym.spec(name)
-    except gym.error.Error as err:
-        raise ValueError(f"{env_spec!r}: importing {module} registered no gymnasium env {name!r} ({err})") from None
+    spec = gym.registry.get(name)
+    if spec is None:
+        raise ValueError(f"{env_spec!r}: importing {module} registered no gymnasium env {name!r}") from None
     entry = spec.entry_point or spec.vector_entry_point
-    origin = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
-    if module.split(".")[0] != "gymnasium" and str(origin).startswith("gymnasium."):
+    origin = str(entry if isinstance(entry, str) else getattr(entry, "__module__", ""))
+    origin_top = origin.split(".")[0].split(":")[0]
+    if newly_imported:
+        fallback = spec is before and top != origin_top
+    else:
+        from rllib_gpuenv.registration import ENV_IDS, PACKAGE
+
+        suite = origin_top == PACKAGE and name in ENV_IDS
+        fallback = top != origin_top and (origin_top == "gymnasium" or suite)
+    if fallback:
+        elsewhere = "its own" if origin_top == "gymnasium" else f"the one from {origin_top}"
         raise ValueError(
-            f"{env_spec!r}: {module} registers no gymnasium env {name!r}, and gymnasium would use its own instead "
-            f"({origin}): name an env that {module} registers with gymnasium, or drop the '{module}:' prefix for "
-            "gymnasium's (JAX envs such as gymnax's are not gymnasium registrations)"
+            f"{env_spec!r}: {module} registers no gymnasium env {name!r}, and gymnasium would use {elsewhere} instead "
+            f"({origin}): name an env that {module} registers with gymnasium, or drop the '{module}:' prefix for that one"
         )
 
 
 def make_device_env(
-    env_spec, num_envs: int, device: torch.device, env_config: dict, num_threads: int | None = None
+    env_spec,
+    num_envs: int,
+    device: torch.device,
+    env_config: dict,
+    num_threads: int | None = None,
+    vectorize_mode: str | None = None,
 ) -> gym.vector.VectorEnv:
     """A vector env whose inputs and outputs are tensors on ``device``.
 
-    Registered ``GPUVectorEnv`` ids (the suite's, or yours: ``"your_module:Env-v0"`` imports
-    ``your_module`` first) are built directly on the device, with ``num_threads`` CPU threads
-    where they run on numba-cpu; any other gymnasium id is vectorised by gymnasium and wrapped
-    in ``DeviceEnv``.
+    * Registered ``GPUVectorEnv`` ids (the suite's, or yours: ``"your_module:Env-v0"`` imports
+      ``your_module`` first) are built directly on the device, with ``num_threads`` CPU threads
+      where they run on numba-cpu.
+    * Your own vector env (``bring_your_own_env``): a ``tune.register_env`` name or a callable
+      (called with one config dict, RLlib's convention), a ``VectorEnv`` class, or a gymnasium id
+      with a ``vector_entry_point`` and no single-env ``entry_point`` (or any id, with
+      ``gym_env_vectorize_mode="vector_entry_point"``). It gets ``num_envs`` and the runner's
+      ``device`` besides ``env_config``, and runs as it is if it returns tensors (on ``device``);
+      one that returns numpy is wrapped in ``DeviceEnv``.
+    * Any other gymnasium id is vectorised by gymnasium (``sync``) and wrapped in ``DeviceEnv``.
     """
     env_config = {
         k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
@@ -125,9 +163,60 @@ def make_device_env(
             episode_statistics=True,
             **env_config,
         )
-    if not isinstance(env_spec, str):
-        raise ValueError(f"the device env runner needs a gymnasium env id, got {env_spec!r}")
-    return DeviceEnv(gym.make_vec(env_spec, num_envs=num_envs, vectorization_mode="sync", **env_config), device)
+    env = bring_your_own_env(env_spec, num_envs, device, env_config, vectorize_mode)
+    if env is None:
+        return DeviceEnv(gym.make_vec(env_spec, num_envs=num_envs, vectorization_mode="sync", **env_config), device)
+    return env
+
+
+def bring_your_own_env(
+    env_spec, num_envs: int, device: torch.device, env_config: dict, vectorize_mode
+) -> gym.vector.VectorEnv | None:
+    """Your vector env as ``make_device_env`` describes, or None for a gymnasium id that gymnasium vectorises."""
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    if isinstance(env_spec, str) and _global_registry.contains(ENV_CREATOR, env_spec):
+        env = _global_registry.get(ENV_CREATOR, env_spec)({**env_config, "num_envs": num_envs, "device": str(device)})
+    elif isinstance(env_spec, type) and issubclass(env_spec, gym.vector.VectorEnv):
+        env = env_spec(num_envs=num_envs, **_with_device(env_spec, env_config, device))
+    elif callable(env_spec) and not isinstance(env_spec, str):
+        env = env_spec({**env_config, "num_envs": num_envs, "device": str(device)})
+    elif isinstance(env_spec, str):
+        spec = gym.spec(env_spec.split(":", 1)[-1])  # a "module:" prefix: make_device_env imported the module
+        mode = str(getattr(vectorize_mode, "value", vectorize_mode)).lower()
+        if spec.vector_entry_point is None or (spec.entry_point is not None and mode != "vector_entry_point"):
+            return None
+        creator = spec.vector_entry_point
+        creator = load_env_creator(creator) if isinstance(creator, str) else creator
+        kwargs = _with_device(creator, env_config, device)
+        env = gym.make_vec(env_spec, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    else:
+        raise ValueError(
+            f"the device env runner needs a gymnasium id, a tune.register_env name or a callable, got {env_spec!r}"
+        )
+    if not isinstance(env, gym.vector.VectorEnv):
+        raise TypeError(
+            f"{env_spec!r} made a {type(env).__name__}, but the device env runner steps a gymnasium VectorEnv of "
+            f"num_envs={num_envs} envs: return one (gymnasium.vector.VectorEnv), or register a single env with gymnasium"
+        )
+    obs, _ = env.reset()  # numpy or tensors?
+    if not isinstance(obs, torch.Tensor):
+        return DeviceEnv(env, device)
+    if obs.device != device:
+        raise ValueError(
+            f"{env_spec!r} returns observations on {obs.device}, but its env runner works on {device}: make the env "
+            f"use the device it is given (its 'device' argument), or put the runner there (devices(env_runners=...))"
+        )
+    return env
+
+
+def _with_device(creator, kwargs: dict, device: torch.device) -> dict:
+    """``kwargs`` plus ``device``, where ``creator`` (a vector entry point, a ``VectorEnv`` class) takes one."""
+    try:
+        parameters = inspect.signature(creator).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    return {**kwargs, "device": device} if "device" in parameters else kwargs
 
 
 class ActionsForEnv:
@@ -164,9 +253,11 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self._device = self._choose_device()
         # With colocated learners the driver's runner samples nothing: one env gives the spaces.
         num_envs = 1 if getattr(config, "colocated_learners", False) and not worker else config.num_envs_per_env_runner
-        env = make_device_env(config.env, num_envs, self._device, config.env_config, self._num_threads())
-        if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
-            raise ValueError(f"the device env runner needs NEXT_STEP autoreset, {env} has {env.metadata['autoreset_mode']}")
+        env = make_device_env(
+            config.env, num_envs, self._device, config.env_config, self._num_threads(), config.gym_env_vectorize_mode
+        )
+        keeps_statistics = isinstance(env, DeviceEnv) or getattr(env.unwrapped, "episode_statistics", False) is True
+        self._steps = StepReader(env, keeps_statistics)  # its autoreset mode; an env without one fails here
         if getattr(config, "rescale_observations", False):
             env = RescaleObservations(env)
         if getattr(config, "check_devices", False):
@@ -240,7 +331,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def _reset(self) -> None:
         seed = None if self.config.seed is None else self.config.seed + (self.worker_index or 0)
         self._obs, _ = self.env.reset(seed=seed)
-        self._prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self._device)
+        self._steps.reset(self.num_envs, self._device)
 
     def _allocate(self, actions: torch.Tensor, logp, dist_inputs) -> Rollout:
         T, N, device = self.config.rollout_length, self.num_envs, self._device
@@ -260,6 +351,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             truncated=empty(flags),
             valid=empty(flags),
             last_obs=torch.empty_like(self._obs),
+            next_observations=empty(self._obs) if self._steps.same_step else None,
         )
 
     def sample(
@@ -291,11 +383,15 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                 r.logp[t] = 0.0 if logp is None else logp
                 if r.dist_inputs is not None:
                     r.dist_inputs[t] = dist_inputs
-                self._obs, r.rewards[t], r.terminated[t], r.truncated[t], info = self.env.step(self._actions_for_env(actions))
-                r.valid[t] = ~self._prev_done
-                self._prev_done = r.terminated[t] | r.truncated[t]
-                if "episode" in info:  # copies: the env may reuse its output buffers next step
-                    episodes.append((info["_episode"].clone(), info["episode"]["r"].clone(), info["episode"]["l"].clone()))
+                step = self._steps.step(r.obs[t], *self.env.step(self._actions_for_env(actions)))
+                self._obs = step.obs
+                r.rewards[t], r.terminated[t], r.truncated[t], r.valid[t] = step[1:5]
+                if step.next_obs is not None:
+                    r.next_observations[t] = step.next_obs
+                if step.cut_before is not None and t:  # the step before a truncation without its final obs ends it
+                    r.truncated[t - 1] |= step.cut_before
+                if step.episodes is not None:
+                    episodes.append(step.episodes)
             r.last_obs.copy_(self._obs)
         ended, returns, lengths = (torch.stack(x) for x in zip(*episodes)) if episodes else (None, None, None)
         self._log_metrics(
@@ -348,31 +444,33 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def _play(self, explore: bool, max_steps: int, recorded: int, stop, reset: bool) -> dict:
         """Step all envs (from a reset, if ``reset``) until ``stop(done_once)`` (asked every
         ``CHECK_EVERY`` steps) or ``max_steps``, recording the first ``recorded`` envs:
-        ``(steps, recorded, ...)`` arrays of what they saw and did, which steps were NEXT_STEP
-        resets, and the returns and lengths of all episodes that ended (from the env)."""
+        ``(steps, recorded, ...)`` arrays of what they saw and did, what each step led to (the
+        real final observation where an episode ended, in any autoreset mode), which steps were
+        NEXT_STEP resets, and the returns and lengths of all episodes that ended."""
         if reset:
             self._reset()
-        record = {key: [] for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid")}
+        record = {key: [] for key in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "valid")}
         record["obs"].append(self._obs[:recorded].clone())
         ended = []
         done_once = torch.zeros(self.num_envs, dtype=torch.bool, device=self._device)
         with torch.no_grad():
             for t in range(max_steps):
                 actions, _, _ = self._act(self._obs, explore, self._global_step())
-                valid = ~self._prev_done
-                self._obs, reward, term, trunc, info = self.env.step(self._actions_for_env(actions))
-                self._prev_done = term | trunc
+                before = self._obs.clone() if self._steps.same_step else self._obs  # the env may overwrite its outputs
+                step = self._steps.step(before, *self.env.step(self._actions_for_env(actions)))
+                self._obs, term, trunc = step.obs, step.terminated, step.truncated
                 for key, value in (
                     ("obs", self._obs),
+                    ("next_obs", self._obs if step.next_obs is None else step.next_obs),
                     ("actions", actions),
-                    ("rewards", reward),
+                    ("rewards", step.rewards),
                     ("terminated", term),
                     ("truncated", trunc),
-                    ("valid", valid),
+                    ("valid", step.played),
                 ):
                     record[key].append(value[:recorded].clone())
-                if "episode" in info:  # copies: the env may reuse its output buffers next step
-                    ended.append((info["_episode"].clone(), info["episode"]["r"].clone(), info["episode"]["l"].clone()))
+                if step.episodes is not None:
+                    ended.append(step.episodes)
                 done_once |= term | trunc
                 if (t + 1) % CHECK_EVERY == 0 and stop(done_once):
                     break
@@ -402,7 +500,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def _episode(self, played: dict, i: int, start: int, end: int) -> SingleAgentEpisode:
         """Env ``i``'s steps ``[start, end)`` as an RLlib episode (numpy)."""
         return SingleAgentEpisode(
-            observations=list(played["obs"][start : end + 1, i]),
+            observations=[played["obs"][start, i], *played["next_obs"][start:end, i]],
             actions=list(played["actions"][start:end, i]),
             rewards=list(played["rewards"][start:end, i]),
             terminated=bool(played["terminated"][end - 1, i]),
@@ -430,7 +528,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         return {
             "env": self.env.unwrapped.get_state(),
             "obs": self._obs.cpu().clone(),
-            "prev_done": self._prev_done.cpu().clone(),
+            "prev_done": self._steps.prev_done.cpu().clone(),
             "recent_episodes": list(self._recent_episodes),
         }
 
@@ -452,7 +550,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         """Put the envs where ``rollout_state()`` found them (same env and number of envs)."""
         self.env.unwrapped.set_state(saved["env"])
         self._obs = saved["obs"].to(self._device)
-        self._prev_done = saved["prev_done"].to(self._device)
+        self._steps.prev_done = saved["prev_done"].to(self._device)
         self._recent_episodes.clear()
         self._recent_episodes.extend(saved["recent_episodes"])
 

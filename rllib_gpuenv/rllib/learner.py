@@ -46,6 +46,8 @@ from rllib_gpuenv.rllib.rollout import Rollout
 ADVANTAGES = "advantages"
 VALUE_TARGETS = "value_targets"
 KL_COEFFS = "kl_coeffs"
+# SAME_STEP rollouts only: the rows (truncations) that bootstrap from NEXT_OBS, not from the next row's OBS
+BOOTSTRAP_FROM_NEXT_OBS = "bootstrap_from_next_obs"
 
 
 def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
@@ -66,6 +68,8 @@ def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
         Columns.TRUNCATEDS: rows(rollout.truncated),
         Columns.LOSS_MASK: rows(rollout.valid),
     }
+    if rollout.next_observations is not None:  # SAME_STEP autoreset: the row after a truncation is another episode's
+        columns[BOOTSTRAP_FROM_NEXT_OBS] = rows(rollout.truncated)
     return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=rollout.num_env_steps)
 
 
@@ -194,6 +198,11 @@ class DevicePPOTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, PP
         def time_major(key):
             return tensors[key].reshape(n, T).T
 
+        next_values = None
+        if BOOTSTRAP_FROM_NEXT_OBS in tensors:  # SAME_STEP: a truncation bootstraps from its real final observation
+            final_values = module.compute_values({Columns.OBS: tensors[Columns.NEXT_OBS]}).reshape(n, T).T
+            next_values = torch.where(time_major(BOOTSTRAP_FROM_NEXT_OBS), final_values, values[1:])
+            del tensors[BOOTSTRAP_FROM_NEXT_OBS]
         advantages, targets = compute_gae(
             time_major(Columns.REWARDS),
             values,
@@ -201,6 +210,7 @@ class DevicePPOTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, PP
             time_major(Columns.TRUNCATEDS),
             config.gamma,
             config.lambda_,
+            next_values=next_values,
         )
         valid = time_major(Columns.LOSS_MASK)
         normalised = (advantages - advantages[valid].mean()) / advantages[valid].std().clamp_min(1e-4)

@@ -9,6 +9,12 @@ the observation step ``t`` led to, also when the episode ended there: on the ste
 ``terminated`` or ``truncated`` one, the env only resets (its action is ignored, reward 0, no
 flags). So ``next_obs`` is ``obs`` shifted by one with ``last_obs`` appended, a truncation
 bootstraps from it, and the reset rows are masked out by ``valid``.
+
+With SAME_STEP autoreset, a step that ends an episode returns the next episode's first
+observation, so ``obs[t + 1]`` is not what it led to: the runner keeps that in
+``next_observations`` (the real final observation where an episode ended), every step is
+valid, and ``next_obs()`` returns it. An env that shows no final observation on a truncation
+has that step masked out and the step before it truncated instead (``autoreset.py``).
 """
 
 from __future__ import annotations
@@ -31,8 +37,12 @@ class Rollout:
         dist_inputs: ``(T, N, D)`` the action distribution's inputs, or None where the module
             returned actions directly (DQN's epsilon-greedy).
         rewards, terminated, truncated: ``(T, N)`` what the env returned for each action.
-        valid: ``(T, N)`` False on NEXT_STEP reset rows (the env ignored the action).
+        valid: ``(T, N)`` False on NEXT_STEP reset rows (the env ignored the action), and on
+            SAME_STEP truncations the env showed no final observation for (``autoreset.py``).
         last_obs: ``(N, *obs_shape)`` the observation after the last step.
+        next_observations: ``(T, N, *obs_shape)`` under SAME_STEP autoreset, the observation each
+            step led to (the episode's real final one where it ended); None under NEXT_STEP,
+            where that is ``obs`` shifted by one.
     """
 
     obs: torch.Tensor
@@ -44,6 +54,7 @@ class Rollout:
     truncated: torch.Tensor
     valid: torch.Tensor
     last_obs: torch.Tensor
+    next_observations: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -59,6 +70,8 @@ class Rollout:
 
     def next_obs(self) -> torch.Tensor:
         """``(T, N, *obs_shape)``: the observation each step led to (see the module doc)."""
+        if self.next_observations is not None:
+            return self.next_observations
         return torch.cat([self.obs[1:], self.last_obs.unsqueeze(0)])
 
     def to(self, device: torch.device | str) -> Rollout:

@@ -1,0 +1,197 @@
+"""Your own torch vector env on the device env runner, in every autoreset convention, checked
+exactly against scripted envs (``scripted_envs.py``): the rollout rows, the episodes reported,
+what PPO bootstraps from, what DQN stores, and where every action the env gets lives; and the
+prefix rule of ``"module:Env-v0"`` ids. The runners are built directly (no Algorithm); training
+on such an env end to end is ``examples/torch_vector_env.py``'s test (tests/test_examples.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ray import tune
+
+from rllib_gpuenv.rllib import DevicePPOConfig, Rollout
+from rllib_gpuenv.rllib.dqn import n_step_transitions
+from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner, check_prefixed_id
+from rllib_gpuenv.rllib.learner import rollout_batch
+from tests.rllib import scripted_envs
+from tests.rllib.scripted_envs import MODES, expected_rows
+
+N, T, GAMMA = 6, 12, 0.9
+# One way in per mode: a gymnasium id with only a vector entry point, a tune.register_env name, a VectorEnv class.
+ENV_SPECS = {
+    "next_step": "tests.rllib.scripted_envs:ScriptedNextStep-v0",
+    "same_step": "scripted-same-step",
+    "same_step_no_final_obs": scripted_envs.ScriptedSameStepNoFinalObs,
+}
+
+
+def config_for(env):
+    return (
+        DevicePPOConfig()
+        .environment(env)
+        .env_runners(num_envs_per_env_runner=N)
+        .device_rollouts(rollout_length=T)
+        .devices(learner="cpu", env_runners="cpu")
+        .training(gamma=GAMMA, lambda_=0.0, minibatch_size=N * T, num_epochs=1)  # lambda 0: a target is r + gamma V(next)
+        .debugging(seed=0)
+    )
+
+
+def copy(rollout: Rollout) -> Rollout:
+    return Rollout(**{k: None if v is None else v.clone() for k, v in vars(rollout).items()})
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Per mode: the runner after two rollouts, and both rollouts (copies: the runner reuses its buffers)."""
+    # here, not at import: a Ray session that another test module ends takes earlier registrations with it
+    tune.register_env(
+        "scripted-same-step", lambda config: scripted_envs.ScriptedSameStep(config["num_envs"], config["device"])
+    )
+    out = {}
+    for mode, spec in ENV_SPECS.items():
+        runner = DeviceEnvRunner(config=config_for(spec))
+        rollouts = [copy(runner.sample()) for _ in range(2)]
+        out[mode] = runner, rollouts
+    return out
+
+
+@pytest.fixture(scope="module")
+def learner(runs):
+    env = runs["next_step"][0].env
+    spaces = {"default_policy": (env.single_observation_space, env.single_action_space)}
+    return config_for(ENV_SPECS["next_step"]).build_learner(spaces=spaces)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rollout_rows_episodes_and_action_devices(runs, mode):
+    runner, rollouts = runs[mode]
+    env = runner.env.unwrapped
+    assert type(env) is MODES[mode]  # the env as it is: no DeviceEnv, no host copies
+    assert env.action_devices == {(torch.Tensor, runner._device)}  # every action: a tensor on the runner's device
+    ended = []
+    for i in range(N):
+        rows, episodes = expected_rows(mode, i, 2 * T, T)
+        ended += episodes
+        for part, rollout in enumerate(rollouts):
+            next_obs = rollout.next_obs()
+            for t in range(T):
+                row, where = rows[part * T + t], (mode, i, part, t)
+                assert tuple(rollout.obs[t, i].tolist()) == row["obs"], where
+                assert float(rollout.rewards[t, i]) == row["reward"], where
+                assert bool(rollout.terminated[t, i]) == row["terminated"], where
+                assert bool(rollout.truncated[t, i]) == row["truncated"], where
+                assert bool(rollout.valid[t, i]) == row["valid"], where
+                assert tuple(next_obs[t, i].tolist()) == row["next_obs"], where
+    # the episodes reported are the env's real ones (the runner keeps the statistics: the env has none)
+    assert sorted(runner._recent_episodes) == sorted(ended)
+    assert (mode == "next_step") == (rollouts[0].next_observations is None)
+    if mode == "same_step_no_final_obs":
+        assert not rollouts[0].valid.all()  # truncations without their final observation are left out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ppo_bootstraps_truncations_from_the_real_final_observation(runs, learner, mode):
+    """With lambda 0 a value target is ``r + gamma V(next)``, ``r`` where the episode terminated:
+    ``next`` must be the real observation the step led to, the final one at a truncation (never
+    the next episode's first), or, without one, the step before it, bootstrapped from ``obs[t]``."""
+    _, rollouts = runs[mode]
+    module = learner.module["default_policy"]
+    for part, rollout in enumerate(rollouts):
+        batch = learner._with_advantages(rollout_batch(rollout), T)
+        targets = batch["value_targets"].reshape(N, T)
+        for i in range(N):
+            rows = expected_rows(mode, i, 2 * T, T)[0][part * T : (part + 1) * T]
+            with torch.no_grad():
+                values = module.compute_values({"obs": torch.tensor([row["next_obs"] for row in rows])})
+            for t, row in enumerate(rows):
+                if row["valid"]:
+                    expected = row["reward"] + (0.0 if row["terminated"] else GAMMA * float(values[t]))
+                    assert float(targets[i, t]) == pytest.approx(expected, rel=1e-5, abs=1e-5), (mode, i, part, t)
+    rollout = rollouts[0]
+    assert (rollout.truncated & rollout.valid).any() and (rollout.terminated & rollout.valid).any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dqn_stores_the_real_transitions(runs, mode):
+    """One-step transitions: every trained step's next observation is the one it really led to
+    (an episode's final one, not the next episode's first)."""
+    _, rollouts = runs[mode]
+    rollout = rollouts[0]
+    out = n_step_transitions(rollout, 1, GAMMA)
+    expected = []
+    for t in range(T):  # the rows kept are the valid ones, time-major
+        for i in range(N):
+            row = expected_rows(mode, i, T, T)[0][t]
+            if row["valid"]:
+                expected.append((row["obs"], row["next_obs"], row["reward"], row["terminated"]))
+    got = list(
+        zip(
+            map(tuple, out["obs"].tolist()),
+            map(tuple, out["new_obs"].tolist()),
+            out["rewards"].tolist(),
+            out["terminateds"].tolist(),
+        )
+    )
+    assert got == expected
+    assert (rollout.truncated & rollout.valid & ~rollout.terminated).any()  # truncations bootstrap: covered above
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_evaluation_episodes_end_on_their_real_final_observation(runs, mode):
+    runner, _ = runs[mode]
+    episodes = runner.sample(num_episodes=N, explore=False)
+    assert len(episodes) == N
+    for i, episode in enumerate(episodes):
+        (ret, length, terminated) = scripted_envs.episodes(i, 1)[0]
+        assert (float(episode.get_return()), len(episode), episode.is_terminated) == (ret, length, terminated)
+        if mode != "same_step_no_final_obs":
+            assert tuple(episode.get_observations(-1).tolist()) == (0.0, float(length))
+
+
+def test_an_env_without_an_autoreset_mode_fails_naming_the_choices():
+    with pytest.raises(
+        ValueError, match=r"ScriptedNoMode declares no metadata\['autoreset_mode'\]: .*NEXT_STEP or .*SAME_STEP"
+    ):
+        DeviceEnvRunner(config=config_for(scripted_envs.ScriptedNoMode))
+
+
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        (
+            "brax:ant",
+            r"^'brax:ant': brax registers no gymnasium env 'ant' \(its envs are JAX functions\), and the device env ",
+        ),
+        ("gymnax:CartPole-v1", r"^'gymnax:CartPole-v1': gymnax registers no gymnasium env 'CartPole-v1' \(its envs are JAX"),
+        (
+            "json:GPUCartPole-v1",
+            r"json registers no gymnasium env 'GPUCartPole-v1', and gymnasium would use the one from rllib",
+        ),
+    ],
+)
+def test_a_prefix_names_the_library_the_id_must_come_from(env_id, message):
+    with pytest.raises(ValueError, match=message):
+        check_prefixed_id(env_id)
+
+
+def test_a_newly_imported_module_must_register_the_id_itself(tmp_path, monkeypatch):
+    """Importing ``fresh_module`` registers nothing, so ``ScriptedNextStep-v0`` would be the one
+    ``scripted_envs`` registered: an error naming the module, not a silent fall-back."""
+    (tmp_path / "fresh_module.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"'fresh_module:ScriptedNextStep-v0': fresh_module registers no gymnasium env"):
+        check_prefixed_id("fresh_module:ScriptedNextStep-v0")
+    check_prefixed_id("tests.rllib.scripted_envs:ScriptedNextStep-v0")  # the module that registers it
+
+
+def test_rescaled_observations_rescale_the_final_observation_too(runs):
+    """``rescale_observations`` maps the scripted envs' Box(0, 1000) to [-1, 1]: the final
+    observations a SAME_STEP env reports in its infos alike."""
+    runner = DeviceEnvRunner(config=config_for(ENV_SPECS["same_step"]).device_rollouts(rescale_observations=True))
+    rollout = runner.sample()
+    for i in range(N):
+        rows = expected_rows("same_step", i, T, T)[0]
+        expected = torch.tensor([row["next_obs"] for row in rows]) / 500.0 - 1.0
+        torch.testing.assert_close(rollout.next_obs()[:, i], expected)
