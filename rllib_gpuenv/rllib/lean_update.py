@@ -31,7 +31,7 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
-Columns = dict[str, torch.Tensor]
+TensorColumns = dict[str, torch.Tensor]  # column name -> equal-length tensors on the learner's device
 
 
 class LeanUpdate:
@@ -41,7 +41,9 @@ class LeanUpdate:
 
     lean_loss_of: type  # the RLlib learner class whose loss ``lean_loss`` computes
 
-    def lean_loss(self, module_id: str, config, batch: Columns, fwd_out: dict, metrics: bool) -> tuple[torch.Tensor, dict]:
+    def lean_loss(
+        self, module_id: str, config, batch: TensorColumns, fwd_out: dict, metrics: bool
+    ) -> tuple[torch.Tensor, dict]:
         """The total loss of one minibatch, and (if ``metrics``, else ``{}``) what RLlib's loss
         logs, detached. Only the update's last minibatch is asked for metrics."""
         raise NotImplementedError
@@ -59,7 +61,7 @@ class LeanUpdate:
 
     def lean_update(
         self,
-        columns: Columns,
+        columns: TensorColumns,
         *,
         timesteps: dict | None,
         num_epochs: int,
