@@ -73,25 +73,24 @@ class TorchCorridor(gym.vector.VectorEnv):
 
 gym.register("TorchCorridor-v0", vector_entry_point=TorchCorridor)  # no single-env entry point: not needed
 
-if __name__ == "__main__":
+
+def parse_args(**defaults) -> argparse.Namespace:
+    """``--iterations`` and ``--device``, the options every env example takes, and ``defaults``' (name: value)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="where the env, the runner and the learner work (cpu, cuda, auto)")
-    args = parser.parse_args()
+    for name, value in defaults.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    return parser.parse_args()
 
+
+def train(config: DevicePPOConfig, iterations: int) -> None:
+    """Build ``config``'s algorithm, say what env it steps, and print each iteration's mean return and length."""
     ray.init(include_dashboard=False)
-    config = (
-        DevicePPOConfig()
-        .environment("TorchCorridor-v0")
-        .env_runners(num_envs_per_env_runner=64)
-        .device_rollouts(rollout_length=32)
-        .devices(learner=args.device, env_runners=args.device)
-        .training(lr=3e-3, num_epochs=4, minibatch_size=512)
-    )
     algo = config.build_algo()
     env = algo.env_runner.env
-    print(f"env {type(env).__name__} on {env.device}: {env.num_envs} envs, autoreset {env.metadata['autoreset_mode'].value}")
-    for _ in range(args.iterations):
+    print(f"env {env!r} on {env.device}, autoreset {env.metadata['autoreset_mode'].value}")
+    for _ in range(iterations):
         result = algo.train()
         runners = result["env_runners"]
         print(
@@ -100,3 +99,16 @@ if __name__ == "__main__":
         )
     algo.stop()
     ray.shutdown()
+
+
+if __name__ == "__main__":
+    args = parse_args()
+    config = (
+        DevicePPOConfig()
+        .environment("TorchCorridor-v0")
+        .env_runners(num_envs_per_env_runner=64)
+        .device_rollouts(rollout_length=32)
+        .devices(learner=args.device, env_runners=args.device)
+        .training(lr=3e-3, num_epochs=4, minibatch_size=512)
+    )
+    train(config, args.iterations)

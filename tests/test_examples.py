@@ -56,6 +56,7 @@ def test_write_your_own_env():
         ),
         ("device_env_any_gymnasium_env.py", ["--iterations", "1"], "iter   1"),
         ("torch_vector_env.py", ["--iterations", "2"], "iter   2"),
+        ("jax_env.py", ["--iterations", "1"], "iter   1"),
     ],
 )
 def test_training_examples(name, args, expected):

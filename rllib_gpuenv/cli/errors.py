@@ -27,6 +27,8 @@ EXTRAS = {
     "tensorboardX": "tensorboard",
     "tensorboard": "tensorboard",
     "numba_cuda": "cuda",
+    "jax": "jax",
+    "gymnax": "jax",
 }
 
 

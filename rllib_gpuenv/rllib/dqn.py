@@ -18,9 +18,11 @@ are all-reduced, so only rollouts (separate layout) or nothing but metrics (colo
 processes; a central buffer would send every minibatch through Ray instead.
 
 A step that ended its episode by termination does not bootstrap; a truncated one does, from
-the real final observation (NEXT_STEP autoreset keeps it, see ``rollout.py``); an n-step window
-stops at the episode's end and at the rollout's end (a shorter window, bootstrapped with
-``gamma ** n`` of its own length, as RLlib's ``n_step`` column says).
+the real final observation (``Rollout.next_obs()``, in any autoreset mode: the next row under
+NEXT_STEP, the env's ``infos["final_obs"]`` under SAME_STEP; without one, the runner ends the
+episode a step earlier, see ``autoreset.py``); an n-step window stops at the episode's end and at
+the rollout's end (a shorter window, bootstrapped with ``gamma ** n`` of its own length, as
+RLlib's ``n_step`` column says).
 """
 
 from __future__ import annotations

@@ -75,25 +75,27 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
     return torch.device("cpu")  # a remote runner without GPUs (Ray hides them from it)
 
 
-# Libraries whose envs are JAX functions: nothing of theirs is a gymnasium id, whatever is installed.
-JAX_ENV_LIBRARIES = ("gymnax", "brax")
-
-
 def check_prefixed_id(env_spec: str) -> None:
     """Import the module of a ``"module:Env-v0"`` id, as gymnasium does, and check that the id is
     one it registered. gymnasium itself would fall back to any env of that name, so that
     ``"gymnax:CartPole-v1"`` silently trained on gymnasium's own CPU CartPole.
 
-    Where the import is new, the id must be one it registered (or registered again); where the
-    module was imported before, the id's entry point must not be gymnasium's own, nor the
-    suite's (``rllib_gpuenv``'s) unless the module is this package."""
+    ``"gymnax:<id>"`` is one of gymnax's JAX envs (``jax_env.py``): gymnax must be installed and
+    have it. Otherwise, where the import is new, the id must be one it registered (or registered
+    again); where the module was imported before, the id's entry point must not be gymnasium's
+    own, nor the suite's (``rllib_gpuenv``'s) unless the module is this package."""
     module, name = env_spec.split(":", 1)
     top = module.split(".")[0]
-    if top in JAX_ENV_LIBRARIES:
+    if module == "gymnax":
+        from rllib_gpuenv.jax_env import check_gymnax_id
+
+        check_gymnax_id(env_spec)
+        return
+    if top in ("gymnax", "brax"):
         raise ValueError(
             f"{env_spec!r}: {top} registers no gymnasium env {name!r} (its envs are JAX functions), and the device env "
-            f"runner does not step JAX envs yet: wrap the env in a torch gymnasium VectorEnv (README: 'Bring your own "
-            f"device env'), or drop the '{module}:' prefix for a gymnasium id"
+            f"runner steps gymnax's envs only ('gymnax:<id>'), not Brax's yet: wrap the env in a torch gymnasium "
+            f"VectorEnv (README: 'Bring your own device env'), or drop the '{module}:' prefix for a gymnasium id"
         )
     newly_imported = module not in sys.modules
     before = gym.registry.get(name)
@@ -143,11 +145,17 @@ def make_device_env(
       ``gym_env_vectorize_mode="vector_entry_point"``). It gets ``num_envs`` and the runner's
       ``device`` besides ``env_config``, and runs as it is if it returns tensors (on ``device``);
       one that returns numpy is wrapped in ``DeviceEnv``.
+    * ``"gymnax:<id>"``: gymnax's JAX env, jit-compiled and vmapped on the device, sharing its
+      arrays with torch (``jax_env.py``); ``env_config`` sets fields of its params.
     * Any other gymnasium id is vectorised by gymnasium (``sync``) and wrapped in ``DeviceEnv``.
     """
     env_config = {
         k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
     }
+    if isinstance(env_spec, str) and env_spec.startswith("gymnax:"):
+        from rllib_gpuenv.jax_env import make_gymnax_env
+
+        return make_gymnax_env(env_spec, num_envs, device, env_config)
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
         check_prefixed_id(env_spec)
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:

@@ -164,7 +164,7 @@ def test_an_env_without_an_autoreset_mode_fails_naming_the_choices():
             "brax:ant",
             r"^'brax:ant': brax registers no gymnasium env 'ant' \(its envs are JAX functions\), and the device env ",
         ),
-        ("gymnax:CartPole-v1", r"^'gymnax:CartPole-v1': gymnax registers no gymnasium env 'CartPole-v1' \(its envs are JAX"),
+        ("gymnax:NoSuchEnv-v0", r"^'gymnax:NoSuchEnv-v0': gymnax has no env 'NoSuchEnv-v0': gymnax's envs: CartPole-v1, "),
         (
             "json:GPUCartPole-v1",
             r"json registers no gymnasium env 'GPUCartPole-v1', and gymnasium would use the one from rllib",

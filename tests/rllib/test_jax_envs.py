@@ -1,0 +1,245 @@
+"""gymnax's JAX envs on the device env runner (``rllib_gpuenv/jax_env.py``), with real jax on the
+CPU, gymnax, gymnasium and Ray: the same CartPole equations as the suite's, SAME_STEP autoreset
+with the real final observation and the time limit as a truncation, arrays shared with torch
+(no copy, no host numpy), seeds and params, PPO and DQN training a few iterations, and one-line
+errors for a wrong id or a missing extra."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import ray
+import torch
+
+from rllib_gpuenv import make_vector_env
+from rllib_gpuenv.jax_env import GymnaxVectorEnv, make_gymnax_env
+from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
+from rllib_gpuenv.rllib.env_runner import check_prefixed_id
+from tests.helpers import run_python
+
+CPU = torch.device("cpu")
+N = 16
+
+
+def cartpole(**env_config) -> GymnaxVectorEnv:
+    return make_gymnax_env("gymnax:CartPole-v1", N, CPU, env_config)
+
+
+def test_gymnax_cartpole_steps_as_the_suites_cartpole():
+    """From the same states and actions, gymnax's CartPole-v1 and ``GPUCartPole-v1`` (torch, float32)
+    reach the same next states, within float32 rounding, and end the same episodes."""
+    env = cartpole()
+    ours = make_vector_env("GPUCartPole-v1", N, backend="torch", device="cpu", output="torch")
+    obs, _ = env.reset(seed=0)
+    generator = torch.Generator().manual_seed(0)
+    ended = 0
+    for _ in range(100):
+        actions = torch.randint(0, 2, (N,), generator=generator)
+        ours.reset(seed=0)  # no pending autoreset, step counters at 0
+        ours.state = obs
+        expected_obs, expected_reward, expected_terminated, _, _ = ours.step(actions)
+        obs, reward, terminated, truncated, info = env.step(actions)
+        torch.testing.assert_close(info["final_obs"], expected_obs, rtol=1e-5, atol=1e-6)
+        assert torch.equal(terminated, expected_terminated) and torch.equal(reward, expected_reward)
+        ended += int(terminated.sum())
+    assert ended > 10  # terminations compared, not only upright poles
+
+
+def test_autoreset_keeps_the_final_observation_and_the_time_limit_truncates():
+    """Each step checked against gymnax's single-env ``step_env`` from the wrapper's own state: the
+    observation the step led to is ``infos["final_obs"]``; an env that ended starts again in the
+    same step (SAME_STEP); ``truncated`` is the time limit (10 steps here), ``terminated`` the pole's fall."""
+    import gymnax
+
+    env = cartpole(max_steps_in_episode=10)
+    single, params = gymnax.make("CartPole-v1")
+    params = params.replace(max_steps_in_episode=10)
+    step_env = jax.jit(single.step_env)
+    assert env.metadata["autoreset_mode"].value == "SameStep" and env.max_episode_steps == 10
+    env.reset(seed=1)
+    generator = torch.Generator().manual_seed(1)
+    seen = {"terminated": 0, "truncated": 0}
+    for _ in range(40):
+        state = env.get_state()["state"]
+        actions = torch.randint(0, 2, (N,), generator=generator)
+        obs, reward, terminated, truncated, info = env.step(actions)
+        after = env.get_state()["state"]
+        assert torch.equal(info["_final_obs"], terminated | truncated)
+        for i in range(N):
+            state_i = jax.tree.map(lambda x, i=i: x[i], state)
+            final, stepped, _, fell, _ = step_env(jax.random.key(0), state_i, int(actions[i]), params)
+            torch.testing.assert_close(info["final_obs"][i], torch.tensor(np.asarray(final)), rtol=0, atol=1e-6)
+            assert bool(terminated[i]) == bool(fell) and bool(truncated[i]) == (int(stepped.time) >= 10)
+            if terminated[i] or truncated[i]:  # the next episode's first observation, its clock at 0
+                assert after.time[i] == 0 and bool((obs[i].abs() <= 0.05).all())
+            else:
+                assert after.time[i] == stepped.time and torch.equal(obs[i], info["final_obs"][i])
+        seen["terminated"] += int((terminated & ~truncated).sum())
+        seen["truncated"] += int((truncated & ~terminated).sum())
+    assert seen["terminated"] and seen["truncated"]
+
+
+def test_arrays_cross_between_jax_and_torch_without_a_copy(monkeypatch):
+    """Observations are torch tensors on the runner's device in JAX's own memory; the actions
+    JAX steps are the tensor's memory; nothing goes through host numpy on the way."""
+    env = cartpole()
+    env.reset(seed=0)
+    outputs = []
+    step = env._step
+    monkeypatch.setattr(env, "_step", lambda *args: outputs.append(step(*args)) or outputs[-1])
+    for cls in (torch.Tensor, type(jax.numpy.zeros(1))):
+        monkeypatch.setattr(cls, "__array__", lambda *a, **k: pytest.fail("a host numpy copy"), raising=False)
+    monkeypatch.setattr(torch.Tensor, "numpy", lambda *a, **k: pytest.fail("a host numpy copy"))
+    actions = torch.ones(N, dtype=torch.int32)
+    obs, reward, terminated, truncated, info = env.step(actions)
+    observations = outputs[-1][2]  # (obs, final_obs), stacked
+    assert obs.device == info["final_obs"].device == reward.device == CPU
+    assert obs.data_ptr() == observations.unsafe_buffer_pointer()
+    assert info["final_obs"].data_ptr() == observations.unsafe_buffer_pointer() + obs.nbytes
+    assert env._to_jax(actions).unsafe_buffer_pointer() == actions.data_ptr()
+
+
+def test_seeds_params_and_state():
+    env = cartpole(gravity=20.0)
+    assert env.params.gravity == 20.0 and env.params.masscart == 1.0
+    first, _ = env.reset(seed=3)
+    assert len({tuple(row.tolist()) for row in first}) == N  # one key per env
+    saved = env.get_state()
+    step = env.step(torch.zeros(N, dtype=torch.int64))
+    env.set_state(saved)
+    again = env.step(torch.zeros(N, dtype=torch.int64))
+    assert all(torch.equal(a, b) for a, b in zip(step[:4], again[:4]))
+    assert torch.equal(env.reset(seed=3)[0], first) and not torch.equal(env.reset(seed=4)[0], first)
+    breakout = make_gymnax_env("gymnax:Breakout-MinAtar", 2, CPU, {"use_minimal_action_set": False})
+    assert breakout.single_action_space.n == 6  # a constructor argument: the full action set
+    assert breakout.single_observation_space.shape == (10, 10, 4)
+    assert breakout.single_observation_space.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "env_spec, env_config, message",
+    [
+        ("gymnax:CartPole-v2", {}, r"^'gymnax:CartPole-v2': gymnax has no env 'CartPole-v2': did you mean CartPole-v1\? "),
+        (
+            "gymnax:CartPole-v1",
+            {"gravty": 1.0},
+            r"^'gymnax:CartPole-v1': env_config 'gravty' is neither a field of gymnax's params for it \(.*gravity.*\) "
+            r"nor an argument of CartPole\(\) \(none\)$",
+        ),
+    ],
+)
+def test_a_wrong_id_or_param_fails_in_one_line(env_spec, env_config, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        make_gymnax_env(env_spec, N, CPU, env_config)
+    assert "\n" not in str(caught.value)
+    if not env_config:
+        with pytest.raises(ValueError, match=message):
+            DevicePPOConfig().environment(env_spec).validate()  # before anything is built
+
+
+def test_a_missing_extra_fails_in_one_line_naming_it():
+    code = (
+        "import sys; sys.modules['jax'] = None\n"
+        "from rllib_gpuenv.cli.errors import missing_extra\n"
+        "from rllib_gpuenv.jax_env import make_gymnax_env\n"
+        "try:\n    make_gymnax_env('gymnax:CartPole-v1', 1, 'cpu', {})\n"
+        "except ImportError as err:\n    print(err); print(missing_extra(err))\n"
+    )
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == [
+        'gymnax envs need jax and gymnax, and jax is not installed: pip install "rllib_gpuenv[jax]"',
+        'jax is not installed: pip install "rllib_gpuenv[jax]"',
+    ]
+
+
+def test_brax_ids_say_they_are_not_stepped_yet():
+    with pytest.raises(ValueError, match=r"^'brax:ant': .*steps gymnax's envs only \('gymnax:<id>'\), not Brax's yet"):
+        check_prefixed_id("brax:ant")
+
+
+def test_the_runner_trains_on_the_real_episodes():
+    """A rollout of 20-step CartPole: every step is trained on, each step's next observation is
+    the next row's except where an episode ended, and each episode ends by the time limit exactly
+    at its 20th step (or earlier by a fall)."""
+    config = (
+        DevicePPOConfig()
+        .environment("gymnax:CartPole-v1", env_config={"max_steps_in_episode": 20})
+        .env_runners(num_envs_per_env_runner=N)
+        .device_rollouts(rollout_length=32)
+        .devices(learner="cpu", env_runners="cpu")
+        .debugging(seed=0)
+    )
+    runner = DeviceEnvRunner(config=config)
+    rollout = runner.sample()
+    assert isinstance(runner.env.unwrapped, GymnaxVectorEnv) and rollout.obs.device == CPU
+    assert rollout.valid.all() and rollout.next_observations is not None
+    done = rollout.terminated | rollout.truncated
+    next_obs = rollout.next_obs()
+    assert torch.equal(next_obs[:-1][~done[:-1]], rollout.obs[1:][~done[:-1]])
+    assert not (next_obs[:-1] == rollout.obs[1:]).all(-1)[done[:-1]].any()
+    for i in range(N):
+        k = 0
+        for t in range(32):
+            k += 1
+            assert bool(rollout.truncated[t, i]) == (k == 20) and k <= 20
+            if done[t, i]:
+                k = 0
+    lengths = [length for _, length in runner._recent_episodes]
+    assert lengths and max(lengths) == 20 and min(lengths) < 20
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize(
+    "env, model_config",
+    [("gymnax:CartPole-v1", {}), ("gymnax:Breakout-MinAtar", {"conv_filters": [[16, [3, 3], 1]]})],
+)
+def test_device_ppo_trains_on_gymnax_envs(ray_local, env, model_config):
+    config = (
+        DevicePPOConfig()
+        .environment(env)
+        .env_runners(num_envs_per_env_runner=16)
+        .device_rollouts(rollout_length=32)
+        .devices(learner="cpu", env_runners="cpu")
+        .training(minibatch_size=256, num_epochs=1)
+        .rl_module(model_config=model_config)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        runners = results[-1]["env_runners"]
+        assert runners["num_env_steps_sampled_lifetime"] == 2 * 16 * 32
+        assert runners["episode_len_mean"] > 0  # real episodes ended and were counted
+        assert isinstance(algo.env_runner.env.unwrapped, GymnaxVectorEnv)
+        if model_config:
+            assert "CNN" in type(algo.env_runner.module.encoder.actor_encoder).__name__
+    finally:
+        algo.stop()
+
+
+def test_device_dqn_trains_on_a_gymnax_env(ray_local):
+    config = (
+        DeviceDQNConfig()
+        .environment("gymnax:CartPole-v1")
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(rollout_length=8)
+        .devices(learner="cpu", env_runners="cpu")
+        .training(num_steps_sampled_before_learning_starts=64)
+        .reporting(min_sample_timesteps_per_iteration=0)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 3 * 64
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()
