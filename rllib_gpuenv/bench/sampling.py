@@ -14,6 +14,13 @@ them:
 - "stock RLlib runner (gymnasium CartPole-v1)": RLlib's ``SingleAgentEnvRunner`` on gymnasium's
   env, vectorised by gymnasium, as RLlib runs it by default (up to 4,096 envs: it is slow).
 
+With ``--env gymnax:<id>`` (gymnax's JAX envs, ``jax_env.py``; MinAtar's ``Breakout-MinAtar``
+with the CNN of ``configs/gymnax_breakout_ppo.yaml``) the contenders are the env step alone (the
+torch ``VectorEnv`` over gymnax), the device runner, and gymnax's own rollout: ``rollout_length``
+steps of the vmapped env in one jit-compiled ``lax.scan``, random actions drawn in JAX, as
+PureJaxRL steps its envs (no torch, no policy). Its ratio to the device runner is what stepping a
+JAX env through the runner costs, the policy included.
+
 A call is one ``sample()`` of ``rollout_length`` steps of every env (one ``step`` for the env
 alone, counted as such).
 """
@@ -27,27 +34,39 @@ import sys
 import torch
 
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure
-from rllib_gpuenv.bench.scaling import Contender, _ours, interleaved_turns
+from rllib_gpuenv.bench.scaling import POOL, Contender, _action_pool, _ours, interleaved_turns
 from rllib_gpuenv.experiments.progress import format_table
 
-ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK = (
+ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK, GYMNAX = (
     "env step alone",
     "device runner",
     "device runner, RLlib's action draw",
     "stock RLlib runner (gymnasium CartPole-v1)",
+    "gymnax's own rollout (jit + vmap + scan)",
 )
+CARTPOLE = "GPUCartPole-v1"
 
 
-def _device_runner(device: str, rollout_length: int, rllib_draw: bool = False):
+def _config(env: str, device: str):
+    """The device runner's settings: the shipped CartPole file's, with the Breakout file's CNN for
+    a gymnax env of image observations (MinAtar's)."""
+    from rllib_gpuenv.experiments import cartpole_config, load_config
+    from rllib_gpuenv.experiments.shipped import config_file
+
+    if env == CARTPOLE:
+        return cartpole_config(device=device, seed=0)
+    from rllib_gpuenv.jax_env import make_gymnax_env
+
+    image = len(make_gymnax_env(env, 1, torch.device("cpu"), {}).single_observation_space.shape) == 3
+    name = "gymnax_breakout_ppo.yaml" if image else "gpu_cartpole_ppo.yaml"
+    return load_config(config_file(name), device=device, seed=0).config.environment(env)
+
+
+def _device_runner(device: str, rollout_length: int, rllib_draw: bool = False, env: str = CARTPOLE):
     def make(n: int):
-        from rllib_gpuenv.experiments import cartpole_config
         from rllib_gpuenv.rllib import DeviceEnvRunner, action_sampling
 
-        config = (
-            cartpole_config(device=device, seed=0)
-            .env_runners(num_envs_per_env_runner=n)
-            .device_rollouts(rollout_length=rollout_length)
-        )
+        config = _config(env, device).env_runners(num_envs_per_env_runner=n).device_rollouts(rollout_length=rollout_length)
         runner = DeviceEnvRunner(config=config)
 
         def sample(_i):
@@ -90,8 +109,60 @@ def _stock_runner(rollout_length: int):
     return make
 
 
-def contenders(device: str, rollout_length: int) -> list[tuple[Contender, int]]:
+def _gymnax_env_alone(env: str, device: str):
+    def make(n: int):
+        from rllib_gpuenv.jax_env import make_gymnax_env
+
+        vector_env = make_gymnax_env(env, n, torch.device(device), {})
+        vector_env.reset(seed=0)
+        pool = _action_pool(vector_env.action_space, vector_env.device)
+        return lambda i: vector_env.step(pool[i % POOL])
+
+    return make
+
+
+def _gymnax_rollout(env: str, device: str, rollout_length: int):
+    """gymnax's own loop (see the module doc); each call waits for its result."""
+
+    def make(n: int):
+        import jax
+
+        from rllib_gpuenv.jax_env import make_gymnax_env
+
+        vector_env = make_gymnax_env(env, n, torch.device(device), {})
+        vector_env.reset(seed=0)
+        single, params = vector_env.gymnax_env, vector_env._params
+        actions = single.action_space(vector_env.params)
+        step = jax.vmap(single.step, in_axes=(0, 0, 0, None))
+
+        def one_step(carry, _):
+            key, state = carry
+            key, action_key, step_key = jax.random.split(key, 3)
+            action = jax.vmap(actions.sample)(jax.random.split(action_key, n))
+            state = step(jax.random.split(step_key, n), state, action, params)[1]  # gymnax resets ended envs itself
+            return (key, state), None
+
+        rollout = jax.jit(lambda carry: jax.lax.scan(one_step, carry, None, length=rollout_length)[0])
+        carry = [(vector_env._key, vector_env._state)]
+
+        def call(_i):
+            carry[0] = jax.block_until_ready(rollout(carry[0]))
+
+        return call
+
+    return make
+
+
+def contenders(device: str, rollout_length: int, env: str = CARTPOLE) -> list[tuple[Contender, int]]:
     """Each contender with the env steps per env of one call."""
+    if env != CARTPOLE and not env.startswith("gymnax:"):
+        raise ValueError(f"bench sampling --env {env!r}: it times {CARTPOLE} or one of gymnax's envs ('gymnax:<id>')")
+    if env != CARTPOLE:
+        return [
+            (Contender(ENV_ALONE, _gymnax_env_alone(env, device), device), 1),
+            (Contender(DEVICE, _device_runner(device, rollout_length, env=env), device), rollout_length),
+            (Contender(GYMNAX, _gymnax_rollout(env, device, rollout_length), device), rollout_length),
+        ]
     return [
         (Contender(ENV_ALONE, _ours("GPUCartPole-v1", "auto", device, reuse_outputs=True, validate_actions=False), device), 1),
         (Contender(DEVICE, _device_runner(device, rollout_length), device), rollout_length),
@@ -108,10 +179,11 @@ def run(
     min_seconds: float = 1.0,
     out_dir: str = "bench_results",
     plot: bool = False,
+    env: str = CARTPOLE,
 ) -> list[dict]:
     """Time every contender at every size; print a table; write JSON/CSV (and a PNG)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    chosen = contenders(device, rollout_length)
+    chosen = contenders(device, rollout_length, env)
     rows = []
     for n in num_envs:
         here = [(c, k) for c, k in chosen if n <= c.max_envs]
@@ -135,6 +207,7 @@ def run(
             getattr(calls[c.name], "close", lambda: None)()
     print(summary(rows))
     meta = {
+        "env": env,
         "num_envs": num_envs,
         "rollout_length": rollout_length,
         "device": device,
@@ -164,9 +237,13 @@ def summary(rows: list[dict]) -> str:
                 ours / rate[(ENV_ALONE, n)] if (ENV_ALONE, n) in rate else None,
                 ours / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
                 ours / rate[(STOCK, n)] if (STOCK, n) in rate else None,
+                ours / rate[(GYMNAX, n)] if (GYMNAX, n) in rate else None,
             ]
         )
     headers = ["num_envs", "device runner / env alone", "our draw / RLlib's draw", "device runner / stock runner"]
+    headers.append("device runner / gymnax's rollout")
+    present = [i for i in range(len(headers)) if i == 0 or any(row[i] is not None for row in ratios)]
+    headers, ratios = [headers[i] for i in present], [[row[i] for i in present] for row in ratios]
     return text + "\n\nratios of the device runner's env-steps/s\n" + format_table(headers, ratios)
 
 
@@ -186,6 +263,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--num-envs", help="sizes (default 16,256,4096 on CPU; 256,4096,65536,1048576 on GPU)")
     parser.add_argument("--rollout-length", type=int, default=32, help="steps per sample() call (default: %(default)s)")
     parser.add_argument("--device", help="the device runner's device (default: the GPU if there is one)")
+    parser.add_argument(
+        "--env",
+        default=CARTPOLE,
+        help="GPUCartPole-v1 (default), or one of gymnax's envs, e.g. gymnax:Breakout-MinAtar (against gymnax's own rollout)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per size; each point is the median")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="time each point at least this long (over all rounds)")
 
@@ -200,4 +282,5 @@ def run_from_args(args) -> None:
         min_seconds=args.min_seconds,
         out_dir=args.out,
         plot=args.plot,
+        env=args.env,
     )

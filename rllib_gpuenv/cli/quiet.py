@@ -5,7 +5,8 @@ are none for these commands: that the algorithm runs on RLlib's new API stack (i
 stack here), that the local Ray instance the command started uses token authentication (it is
 private to the command), that ``RLModule(config=...)`` is deprecated (RLlib 2.60's own
 ``RLModule.__init__`` builds the deprecated config object for every module: the package does
-not pass one), and that gputil is not installed (GPU monitoring the commands do not use).
+not pass one), that gputil is not installed (GPU monitoring the commands do not use), and, for
+gymnax's envs, that JAX found no TPU library (it looks for one on every machine).
 ``quiet_start`` filters exactly these messages from their loggers, in this process and, through
 Ray's ``worker_process_setup_hook``, in the Ray workers the command starts. It is never applied
 on import: a user's own script keeps every message.
@@ -14,13 +15,18 @@ on import: a user's own script keeps every message.
 from __future__ import annotations
 
 import logging
+import warnings
 
 NOTICES = {
     "ray.rllib.algorithms.algorithm_config": "on the new API stack! This is the new default behavior",
     "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster",
     "ray._common.deprecation": "`RLModule(config=[RLModuleConfig object])` has been deprecated",
     "ray.tune.utils.util": "Install gputil for GPU system monitoring",
+    "jax._src.xla_bridge": "Unable to initialize backend 'tpu'",
 }
+# A warning (not a log record) dropped alike: once JAX runs (a gymnax env was checked), it warns at
+# every fork, and Ray starts its processes by fork and exec, where no JAX code runs in the child.
+FORK_WARNING = r"os\.fork\(\) was called\. os\.fork\(\) is incompatible with multithreaded code, and JAX"
 SETUP_HOOK = f"{__name__}.quiet_start"  # for ray.init(runtime_env={"worker_process_setup_hook": ...})
 
 
@@ -34,7 +40,8 @@ class _DropNotice(logging.Filter):
 
 
 def quiet_start() -> None:
-    """Filter the notices from their loggers (once per process)."""
+    """Filter the notices from their loggers (once per process), and JAX's fork warning."""
+    warnings.filterwarnings("ignore", message=FORK_WARNING, category=RuntimeWarning)
     for name, text in NOTICES.items():
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropNotice) for f in target.filters):

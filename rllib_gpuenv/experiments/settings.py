@@ -19,7 +19,7 @@ from rllib_gpuenv.experiments.checks import (
     one_line,
     validate_config,
 )
-from rllib_gpuenv.experiments.envs import rllib_env_id, vectorize_our_env
+from rllib_gpuenv.experiments.envs import check_env_runner, rllib_env_id, vectorize_our_env
 from rllib_gpuenv.experiments.errors import key_error
 from rllib_gpuenv.experiments.legacy import (
     REMOVED_ALGORITHMS,
@@ -166,6 +166,7 @@ def build_config(run: Any, env: Any, settings: dict, where: str, from_command_li
     settings = prepare_settings(config, settings, where)
     set_settings(config, settings, where, from_command_line)
     vectorize_our_env(config, settings)
+    check_env_runner(config, where)
     if not contains_search_space(settings):
         validate_config(config, flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
         return config

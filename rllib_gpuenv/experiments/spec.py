@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from rllib_gpuenv.experiments.checks import check_name, check_stop, check_values, one_line
-from rllib_gpuenv.experiments.envs import rllib_env_id, vectorize_our_env
+from rllib_gpuenv.experiments.envs import check_env_runner, rllib_env_id, vectorize_our_env
 from rllib_gpuenv.experiments.errors import ExperimentError, key_error
 from rllib_gpuenv.experiments.legacy import translate_experiment_keys, translate_metric
 from rllib_gpuenv.experiments.settings import apply_config, build_config, validate_python_config
@@ -209,6 +209,7 @@ def _python_experiment(path: str, config_overrides=None, stop_overrides=None, al
     if config_overrides:
         apply_config(config, config_overrides, where, from_command_line=set(config_overrides))
     vectorize_our_env(config, config_overrides)
+    check_env_runner(config, where)
     validate_python_config(config, where, dict(config_overrides or {}))
     stop = {**_stop(dict(namespace.get("stop") or {}), where), **_stop(stop_overrides or {}, "--stop")}
     check_stop(stop, config, where, allow_no_stop)

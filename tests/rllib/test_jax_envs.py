@@ -1,8 +1,9 @@
 """gymnax's JAX envs on the device env runner (``rllib_gpuenv/jax_env.py``), with real jax on the
 CPU, gymnax, gymnasium and Ray: the same CartPole equations as the suite's, SAME_STEP autoreset
 with the real final observation and the time limit as a truncation, arrays shared with torch
-(no copy, no host numpy), seeds and params, PPO and DQN training a few iterations, and one-line
-errors for a wrong id or a missing extra."""
+(no copy, no host numpy), seeds and params, PPO (the shipped Breakout file's CNN too) and DQN
+training a few iterations, one-line errors for a wrong id, a missing extra or a stock runner,
+and ``bench sampling`` against gymnax's own rollout."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ import ray
 import torch
 
 from rllib_gpuenv import make_vector_env
+from rllib_gpuenv.bench import sampling
+from rllib_gpuenv.experiments import ExperimentError, load_config
+from rllib_gpuenv.experiments.settings import build_config
+from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.jax_env import GymnaxVectorEnv, make_gymnax_env
 from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
 from rllib_gpuenv.rllib.env_runner import check_prefixed_id
@@ -159,6 +164,27 @@ def test_brax_ids_say_they_are_not_stepped_yet():
         check_prefixed_id("brax:ant")
 
 
+def test_experiments_check_gymnax_ids_before_ray_starts():
+    with pytest.raises(
+        ExperimentError, match=r"env: 'gymnax:Breakout': gymnax has no env 'Breakout': did you mean Breakout-MinAtar\?"
+    ):
+        build_config("DevicePPO", "gymnax:Breakout", {}, "<test>")
+    with pytest.raises(
+        ExperimentError, match=r"JAX envs, which run on the device env runner only: use DevicePPO or DeviceDQN"
+    ):
+        build_config("PPO", "gymnax:CartPole-v1", {}, "<test>")
+
+
+def test_sampling_bench_against_gymnax_s_own_rollout(tmp_path):
+    """``bench sampling --env gymnax:CartPole-v1``: the device runner, the env alone and
+    gymnax's own jit + vmap + scan rollout, side by side."""
+    rows = sampling.run(
+        [8], rollout_length=4, device="cpu", rounds=1, min_seconds=0.01, out_dir=str(tmp_path), env="gymnax:CartPole-v1"
+    )
+    assert {r["contender"] for r in rows} == {sampling.ENV_ALONE, sampling.DEVICE, sampling.GYMNAX}
+    assert all(r["env_steps_per_s"] > 0 for r in rows)
+
+
 def test_the_runner_trains_on_the_real_episodes():
     """A rollout of 20-step CartPole: every step is trained on, each step's next observation is
     the next row's except where an episode ended, and each episode ends by the time limit exactly
@@ -197,19 +223,20 @@ def ray_local():
     ray.shutdown()
 
 
-@pytest.mark.parametrize(
-    "env, model_config",
-    [("gymnax:CartPole-v1", {}), ("gymnax:Breakout-MinAtar", {"conv_filters": [[16, [3, 3], 1]]})],
-)
-def test_device_ppo_trains_on_gymnax_envs(ray_local, env, model_config):
+def breakout_file_config():
+    """``configs/gymnax_breakout_ppo.yaml`` (MinAtar Breakout, RLlib's CNN encoder), on the CPU."""
+    return load_config(config_file("gymnax_breakout_ppo.yaml"), device="cpu", seed=0).config
+
+
+@pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "gymnax:Breakout-MinAtar"])
+def test_device_ppo_trains_on_gymnax_envs(ray_local, env):
+    """CartPole with PPO's default MLP; Breakout with the shipped experiment file's settings, at test sizes."""
+    config = DevicePPOConfig().environment(env) if env.endswith("CartPole-v1") else breakout_file_config()
     config = (
-        DevicePPOConfig()
-        .environment(env)
-        .env_runners(num_envs_per_env_runner=16)
+        config.env_runners(num_envs_per_env_runner=16)
         .device_rollouts(rollout_length=32)
         .devices(learner="cpu", env_runners="cpu")
         .training(minibatch_size=256, num_epochs=1)
-        .rl_module(model_config=model_config)
         .debugging(seed=0)
     )
     algo = config.build_algo()
@@ -219,7 +246,7 @@ def test_device_ppo_trains_on_gymnax_envs(ray_local, env, model_config):
         assert runners["num_env_steps_sampled_lifetime"] == 2 * 16 * 32
         assert runners["episode_len_mean"] > 0  # real episodes ended and were counted
         assert isinstance(algo.env_runner.env.unwrapped, GymnaxVectorEnv)
-        if model_config:
+        if "MinAtar" in env:
             assert "CNN" in type(algo.env_runner.module.encoder.actor_encoder).__name__
     finally:
         algo.stop()
