@@ -23,8 +23,8 @@ the host. ``DevicePPOConfig().environment("gymnax:Breakout-MinAtar")`` builds on
 * **Seeds**: ``reset(seed=s)`` starts a ``jax.random.key(s)``; every reset and step splits it,
   one key per env. The env keeps no episode statistics: the runner keeps them.
 
-On a GPU, JAX would take 75% of the GPU's memory when it starts; importing it here (first) turns
-that off (``XLA_PYTHON_CLIENT_PREALLOCATE=false``), so that torch has the rest.
+On a GPU, JAX would take 75% of the GPU's memory when it first uses it; the envs here turn that off
+(``XLA_PYTHON_CLIENT_PREALLOCATE=false`` where it is not set), so that torch has the rest.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import dataclasses
 import difflib
 import inspect
 import os
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -47,8 +46,8 @@ INSTALL = 'pip install "rllib_gpuenv[jax]"'
 
 def import_gymnax():
     """gymnax (and JAX), or a one-line error naming the extra that installs them."""
-    if "jax" not in sys.modules:
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU's memory to torch
+    # read when JAX first uses a GPU: leave its memory to torch, unless told otherwise
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
         import gymnax
     except ImportError as err:

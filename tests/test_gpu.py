@@ -190,3 +190,34 @@ def test_a_colocated_learner_steps_its_envs_on_its_gpu_without_a_host_sync_per_s
     finally:
         algo.stop()
         ray.shutdown()
+
+
+def test_gymnax_envs_step_on_the_gpu_in_memory_shared_with_torch():
+    """``"gymnax:<id>"`` on ``cuda``: JAX steps the env on the GPU torch uses, observations are
+    torch tensors there in JAX's memory, the actions JAX reads are the tensor's, and the steps
+    are the CPU's (JAX's random numbers are the same on every device; float32 rounding aside).
+    Needs JAX's CUDA build (``pip install -U "jax[cuda]"``): skipped where JAX sees no GPU."""
+    jax = pytest.importorskip("jax")
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("JAX sees no GPU (its CPU build)")
+    from rllib_gpuenv.jax_env import make_gymnax_env
+
+    gpu = make_gymnax_env("gymnax:CartPole-v1", 1024, torch.device("cuda"), {})
+    cpu = make_gymnax_env("gymnax:CartPole-v1", 1024, torch.device("cpu"), {})
+    obs, _ = gpu.reset(seed=0)
+    assert obs.device.type == "cuda"
+    torch.testing.assert_close(obs.cpu(), cpu.reset(seed=0)[0])
+    generator = torch.Generator().manual_seed(0)
+    agree = torch.ones(1024, dtype=torch.bool)  # envs whose episodes ended alike so far (rounding may move a rare end)
+    for _ in range(20):
+        actions = torch.randint(0, 2, (1024,), generator=generator, dtype=torch.int32)
+        on_gpu, on_cpu = gpu.step(actions.cuda()), cpu.step(actions)
+        assert all(t.device.type == "cuda" for t in on_gpu[:4]) and on_gpu[4]["final_obs"].device.type == "cuda"
+        final_gpu, final_cpu = on_gpu[4]["final_obs"].cpu(), on_cpu[4]["final_obs"]
+        torch.testing.assert_close(final_gpu[agree], final_cpu[agree], rtol=1e-4, atol=1e-4)
+        agree &= on_gpu[2].cpu() == on_cpu[2]
+    assert agree.float().mean() > 0.99
+    actions = torch.ones(1024, dtype=torch.int32, device="cuda")
+    assert gpu._to_jax(actions).unsafe_buffer_pointer() == actions.data_ptr()
