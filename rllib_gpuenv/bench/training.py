@@ -18,6 +18,10 @@ Tasks (``--task``):
   (``configs/cartpole_dqn_stock_rllib.yaml``, RLlib's example); ``sb3``: SB3 DQN with RL-Zoo's
   CartPole-v1 hyperparameters. RL-Zoo's 50k steps cannot hold a last-100 mean of 475, so SB3
   trains on past them (schedules where they ended) until the target or the budget.
+* ``breakout-ppo``: PPO on MinAtar Breakout (gymnax's ``Breakout-MinAtar``, 10×10×4 images),
+  target 30. ``device``: DevicePPO with RLlib's CNN encoder (``configs/gymnax_breakout_ppo.yaml``,
+  gymnax's JAX env on the runner's device); ``random``: a random policy on the same envs, the
+  baseline (at most ``RANDOM_BUDGET_S`` seconds: it learns nothing).
 
 Every run happens in a fresh process, one after the other on the same machine, and records
 (seconds, env steps, mean return) after each iteration. The return criterion is the same for
@@ -45,6 +49,7 @@ from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, 
 from rllib_gpuenv.experiments.progress import format_table
 
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
+RANDOM_BUDGET_S = 30.0  # a random policy's curve is flat: this long is enough to draw it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +76,7 @@ class Task:
     start_return: float  # about a random policy's return: instability is measured from halfway to the target
     contenders: dict
     config_files: dict
-    sb3: SB3Setup
+    sb3: SB3Setup | None
     overrides: dict = dataclasses.field(default_factory=dict)  # settings a contender changes in its file
 
     @property
@@ -180,6 +185,14 @@ TASKS = {
                     policy_kwargs=dict(net_arch=[256, 256]),
                 ),
             ),
+        ),
+        Task(
+            name="breakout-ppo",
+            target=30.0,
+            start_return=0.4,
+            contenders={"device": "ours: device path (DevicePPO, CNN)", "random": "random policy"},
+            config_files={"device": "gymnax_breakout_ppo.yaml", "random": "gymnax_breakout_ppo.yaml"},
+            sb3=None,
         ),
     )
 }
@@ -317,6 +330,39 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
     return {"curve": callback.curve, "build_s": build_s, "sampling_env_steps_per_s": steps / (time.perf_counter() - start)}
 
 
+def _random_curve(task: Task, seed: int, target: float, budget_s: float) -> dict:
+    """A random policy on the device contender's envs (its file's env, number of envs, rollout
+    length and env runner device): the same curve points, one per rollout, for
+    ``min(budget_s, RANDOM_BUDGET_S)``."""
+    import torch
+
+    from rllib_gpuenv.experiments import load_experiments
+    from rllib_gpuenv.rllib.env_runner import make_device_env, runner_device
+
+    (experiment,) = load_experiments(_experiment_file(task, "random", None))
+    config = experiment.config
+    n, rollout_length = config.num_envs_per_env_runner, config.rollout_length
+    start = time.perf_counter()
+    env = make_device_env(config.env, n, runner_device(config.env_runner_device, 0, 0), config.env_config)
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    env.step(torch.as_tensor(env.action_space.sample(), device=env.device))  # compiled before the clock starts
+    build_s = time.perf_counter() - start
+    returns = torch.zeros(n, device=env.device)
+    recent: collections.deque = collections.deque(maxlen=LAST_EPISODES)
+    curve, steps, start = [], 0, time.perf_counter()
+    while not curve or (curve[-1][0] < min(budget_s, RANDOM_BUDGET_S) and curve[-1][2] < target):
+        for _ in range(rollout_length):
+            _, rewards, terminated, truncated, _ = env.step(torch.as_tensor(env.action_space.sample(), device=env.device))
+            returns += rewards
+            done = terminated | truncated
+            recent.extend(returns[done].tolist())
+            returns[done] = 0.0
+        steps += n * rollout_length
+        curve.append((time.perf_counter() - start, steps, statistics.fmean(recent) if recent else math.nan))
+    return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": steps / curve[-1][0]}
+
+
 def run_one(
     task: Task,
     contender: str,
@@ -329,6 +375,8 @@ def run_one(
     """One training run in this process; returns its curve."""
     if contender == "sb3":
         return _sb3_curve(task.sb3, seed, target, budget_s)
+    if contender == "random":
+        return _random_curve(task, seed, target, budget_s)
     return _rllib_curve(task, contender, seed, target, budget_s, overrides or {}, device_config)
 
 
@@ -620,13 +668,15 @@ def add_arguments(parser) -> None:
         "--task",
         choices=list(TASKS),
         default=DEFAULT_TASK,
-        help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475",
+        help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475; "
+        "breakout-ppo: PPO on gymnax's MinAtar Breakout to 30, against a random policy",
     )
     parser.add_argument(
         "--contenders",
         nargs="*",
         help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
-        "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3",
+        "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3; "
+        "breakout-ppo: device random",
     )
     parser.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
     parser.add_argument(

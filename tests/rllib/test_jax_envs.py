@@ -14,7 +14,7 @@ import ray
 import torch
 
 from rllib_gpuenv import make_vector_env
-from rllib_gpuenv.bench import sampling
+from rllib_gpuenv.bench import sampling, training
 from rllib_gpuenv.experiments import ExperimentError, load_config
 from rllib_gpuenv.experiments.settings import build_config
 from rllib_gpuenv.experiments.shipped import config_file
@@ -183,6 +183,16 @@ def test_sampling_bench_against_gymnax_s_own_rollout(tmp_path):
     )
     assert {r["contender"] for r in rows} == {sampling.ENV_ALONE, sampling.DEVICE, sampling.GYMNAX}
     assert all(r["env_steps_per_s"] > 0 for r in rows)
+
+
+def test_bench_training_races_breakout_against_a_random_policy():
+    """``bench training --task breakout-ppo``: the random baseline's curve (the device contender
+    is the shipped Breakout file, trained above)."""
+    task = training.TASKS["breakout-ppo"]
+    assert set(task.contenders) == {"device", "random"} and task.config_files["device"] == "gymnax_breakout_ppo.yaml"
+    result = training.run_one(task, "random", 0, task.target, budget_s=0.2)
+    seconds, steps, mean = result["curve"][-1]
+    assert steps % (128 * 128) == 0 and 0.0 <= mean < 2.0  # a random policy breaks a brick or none
 
 
 def test_the_runner_trains_on_the_real_episodes():
