@@ -214,8 +214,14 @@ def run(
         "rounds": rounds,
         "min_seconds": min_seconds,
     }
-    report(rows, out_dir, "sampling", meta, plot=(lambda: plot_sampling(rows, out_dir)) if plot else None)
+    name = results_name(env)
+    report(rows, out_dir, name, meta, plot=(lambda: plot_sampling(rows, out_dir, name)) if plot else None)
     return rows
+
+
+def results_name(env: str) -> str:
+    """``sampling`` for CartPole (its recorded name), ``sampling_<env>`` for a gymnax env (``gymnax-Breakout-MinAtar``)."""
+    return "sampling" if env == CARTPOLE else f"sampling_{env.replace(':', '-')}"
 
 
 def summary(rows: list[dict]) -> str:
@@ -247,16 +253,16 @@ def summary(rows: list[dict]) -> str:
     return text + "\n\nratios of the device runner's env-steps/s\n" + format_table(headers, ratios)
 
 
-def plot_sampling(rows: list[dict], out_dir: str) -> str:
+def plot_sampling(rows: list[dict], out_dir: str, name: str = "sampling") -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name in dict.fromkeys(r["contender"] for r in rows):
-        mine = sorted((r for r in rows if r["contender"] == name), key=lambda r: r["num_envs"])
-        ax.plot([r["num_envs"] for r in mine], [r["env_steps_per_s"] for r in mine], marker="o", label=name)
+    for contender in dict.fromkeys(r["contender"] for r in rows):
+        mine = sorted((r for r in rows if r["contender"] == contender), key=lambda r: r["num_envs"])
+        ax.plot([r["num_envs"] for r in mine], [r["env_steps_per_s"] for r in mine], marker="o", label=contender)
     ax.set(xscale="log", yscale="log", xlabel="num_envs", ylabel="env-steps/s", title="sample() throughput, policy included")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    return save_figure(fig, out_dir, "sampling")
+    return save_figure(fig, out_dir, name)
 
 
 def add_arguments(parser) -> None:

@@ -179,10 +179,19 @@ def test_sampling_bench_against_gymnax_s_own_rollout(tmp_path):
     """``bench sampling --env gymnax:CartPole-v1``: the device runner, the env alone and
     gymnax's own jit + vmap + scan rollout, side by side."""
     rows = sampling.run(
-        [8], rollout_length=4, device="cpu", rounds=1, min_seconds=0.01, out_dir=str(tmp_path), env="gymnax:CartPole-v1"
+        [8],
+        rollout_length=4,
+        device="cpu",
+        rounds=1,
+        min_seconds=0.01,
+        out_dir=str(tmp_path),
+        env="gymnax:CartPole-v1",
+        plot=True,
     )
     assert {r["contender"] for r in rows} == {sampling.ENV_ALONE, sampling.DEVICE, sampling.GYMNAX}
     assert all(r["env_steps_per_s"] > 0 for r in rows)
+    for kind in ("json", "png"):  # beside CartPole's sampling.json, not over it
+        assert (tmp_path / f"sampling_gymnax-CartPole-v1.{kind}").exists()
 
 
 def test_bench_training_races_breakout_against_a_random_policy():
