@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import inspect
 import os
 
@@ -72,9 +73,8 @@ def check_gymnax_id(env_spec: str) -> str:
 def make_gymnax_env(env_spec: str, num_envs: int, device: torch.device, env_config: dict) -> GymnaxVectorEnv:
     """``num_envs`` of gymnax's env ``"gymnax:<id>"`` on ``device``; ``env_config`` sets fields of
     its params or arguments of its constructor (any other name is an error that lists both)."""
-    gymnax = import_gymnax()
     name = check_gymnax_id(env_spec)
-    env, params = gymnax.make(name)
+    env, params = _make(name)
     fields = [f.name for f in dataclasses.fields(params)]
     arguments = [a for a in inspect.signature(type(env)).parameters if a not in ("self", "args", "kwargs")]
     unknown = sorted(set(env_config) - set(fields) - set(arguments))
@@ -83,11 +83,22 @@ def make_gymnax_env(env_spec: str, num_envs: int, device: torch.device, env_conf
             f"{env_spec!r}: env_config {', '.join(map(repr, unknown))} is neither a field of gymnax's params for it "
             f"({', '.join(fields)}) nor an argument of {type(env).__name__}() ({', '.join(arguments) or 'none'})"
         )
-    constructor = {k: v for k, v in env_config.items() if k in arguments}
+    constructor = tuple(sorted((k, v) for k, v in env_config.items() if k in arguments))
     if constructor:
-        env, params = gymnax.make(name, **constructor)
+        try:
+            env, params = _make(name, constructor)
+        except TypeError:  # an argument that cannot be a cache key (an array): made, and compiled, afresh
+            env, params = import_gymnax().make(name, **dict(constructor))
     params = params.replace(**{k: v for k, v in env_config.items() if k in fields})
     return GymnaxVectorEnv(env, num_envs, device, params)
+
+
+@functools.lru_cache(maxsize=64)
+def _make(name: str, constructor: tuple = ()):
+    """gymnax's env (and its default params), one instance per id and constructor arguments: the
+    compiled step of an instance is kept (``vector_functions``), so envs made again (an evaluation
+    runner, a rebuilt algorithm) do not compile again."""
+    return import_gymnax().make(name, **dict(constructor))
 
 
 def jax_device(device: torch.device):
@@ -133,6 +144,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
     def __init__(self, env, num_envs: int, device: str | torch.device = "cpu", params=None):
         import jax
+        from gymnax.environments import spaces
 
         self.gymnax_env = env
         self.params = env.default_params if params is None else params
@@ -147,7 +159,8 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         self.max_episode_steps = int(getattr(self.params, "max_steps_in_episode", 0)) or None
         self._action_dtype = torch.int32 if isinstance(self.single_action_space, gym.spaces.Discrete) else torch.float32
         self._params = jax.device_put(self.params, self.jax_device)
-        self._reset, self._step = vector_functions(env, num_envs, observe_as_float(gymnax_observations))
+        one_hot = gymnax_observations.n if isinstance(gymnax_observations, spaces.Discrete) else None
+        self._reset, self._step = vector_functions(env, num_envs, one_hot)
         self._key = self._state = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -194,23 +207,18 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
         return f"GymnaxVectorEnv({self.gymnax_env.name}, num_envs={self.num_envs})"
 
 
-def observe_as_float(space):
-    """gymnax's observation as the float32 array ``gymnasium_space`` promises."""
-    import jax
-    import jax.numpy as jnp
-    from gymnax.environments import spaces
-
-    if isinstance(space, spaces.Discrete):
-        return lambda obs: jax.nn.one_hot(obs, space.n, dtype=jnp.float32)
-    return lambda obs: obs.astype(jnp.float32)
-
-
-def vector_functions(env, num_envs: int, observe):
+@functools.lru_cache(maxsize=64)
+def vector_functions(env, num_envs: int, one_hot: int | None = None):
     """gymnax's ``reset`` and ``step`` over ``num_envs`` envs, jit-compiled: ``reset(key, params)
     -> (key, state, obs)`` and ``step(key, state, actions, params) -> (key, state, (obs, final_obs),
-    rewards, (terminated, truncated))``; each call splits ``key``, one key per env."""
+    rewards, (terminated, truncated))``; each call splits ``key``, one key per env. Observations
+    become the float32 arrays ``gymnasium_space`` promises (``one_hot``: a ``Discrete`` one's
+    size). Made once per env instance and size: JAX compiles a function once per input shape."""
     import jax
     import jax.numpy as jnp
+
+    def observe(obs):
+        return obs.astype(jnp.float32) if one_hot is None else jax.nn.one_hot(obs, one_hot, dtype=jnp.float32)
 
     def keys(key):
         key, now = jax.random.split(key)
