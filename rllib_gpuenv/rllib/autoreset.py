@@ -93,6 +93,18 @@ class StepReader:
         self._return = torch.zeros(num_envs, dtype=torch.float32, device=device)
         self._length = torch.zeros(num_envs, dtype=torch.int32, device=device)
 
+    def episodes_so_far(self) -> dict:
+        """The running return and length of every env's episode (kept for envs without statistics),
+        as host copies: with ``prev_done``, what a resumed runner needs to go on exactly."""
+        return {"return": self._return.cpu().clone(), "length": self._length.cpu().clone()}
+
+    def resume(self, prev_done: torch.Tensor, episodes_so_far: dict | None, device: torch.device) -> None:
+        """Go on from a checkpoint's ``prev_done`` and ``episodes_so_far()`` (zeros where it has none)."""
+        self.reset(len(prev_done), device)
+        self.prev_done = prev_done.to(device)
+        if episodes_so_far is not None:
+            self._return, self._length = episodes_so_far["return"].to(device), episodes_so_far["length"].to(device)
+
     def step(self, obs_before, obs, rewards, terminated, truncated, info: dict) -> StepRows:
         """Rows for the step taken on ``obs_before`` (a copy the env cannot overwrite) that returned the rest."""
         terminated, truncated = terminated.bool(), truncated.bool()

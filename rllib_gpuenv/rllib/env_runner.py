@@ -537,6 +537,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             "env": self.env.unwrapped.get_state(),
             "obs": self._obs.cpu().clone(),
             "prev_done": self._steps.prev_done.cpu().clone(),
+            "episodes_so_far": self._steps.episodes_so_far(),
             "recent_episodes": list(self._recent_episodes),
         }
 
@@ -558,7 +559,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         """Put the envs where ``rollout_state()`` found them (same env and number of envs)."""
         self.env.unwrapped.set_state(saved["env"])
         self._obs = saved["obs"].to(self._device)
-        self._steps.prev_done = saved["prev_done"].to(self._device)
+        self._steps.resume(saved["prev_done"], saved.get("episodes_so_far"), self._device)
         self._recent_episodes.clear()
         self._recent_episodes.extend(saved["recent_episodes"])
 
