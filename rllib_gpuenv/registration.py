@@ -26,16 +26,16 @@ from typing import Any
 import gymnasium as gym
 
 from rllib_gpuenv.core.env_def import EnvDef
-from rllib_gpuenv.envs import ENV_DEFS, add_definition, env_definition, make_vector_env
+from rllib_gpuenv.envs import SHIPPED_DEFS, add_definition, env_definition, make_vector_env
 
-ENV_IDS = tuple(ENV_DEFS)
+ENV_IDS = tuple(SHIPPED_DEFS)  # every id this package ships
 PACKAGE = "rllib_gpuenv"
 
 
 def qualified_id(env_id: str) -> str:
-    """``"rllib_gpuenv:<id>"`` for an id of the suite (any process can build it), else ``env_id``."""
+    """``"rllib_gpuenv:<id>"`` for an id this package ships (any process can build it), else ``env_id``."""
     bare = env_id.split(":", 1)[-1]
-    return f"{PACKAGE}:{bare}" if bare in ENV_DEFS else env_id
+    return f"{PACKAGE}:{bare}" if bare in SHIPPED_DEFS else env_id
 
 
 def make_vector_entry_point(num_envs: int = 1, *, env_id: str, **kwargs: Any):
@@ -109,6 +109,6 @@ def register_env(definition: EnvDef) -> None:
 
 
 def register() -> None:
-    """Register the suite with gymnasium; safe to call repeatedly."""
-    for definition in ENV_DEFS.values():
+    """Register the shipped envs with gymnasium; safe to call repeatedly."""
+    for definition in SHIPPED_DEFS.values():
         register_env(definition)

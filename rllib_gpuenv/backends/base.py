@@ -26,4 +26,15 @@ class Backend:
 
     def reset(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """Draw every env's initial state for its current episode counter."""
-        buffers.state.copy_(self.env.initial_states(buffers.episode, constants))
+        numbers, array = self.env.initial_states(buffers.episode, constants)
+        buffers.state.copy_(numbers)
+        if array is not None:
+            buffers.array.copy_(array)
+
+    def kernel_tensors(self, buffers: EnvBuffers) -> dict[str, torch.Tensor]:
+        """The buffers a kernel takes by name: every kernel has an ``array`` argument, which an
+        env without an array gets as a placeholder it never reads."""
+        tensors = buffers.tensors()
+        if "array" not in tensors:
+            tensors["array"] = torch.zeros((1, 1), dtype=self.dtype, device=self.device)
+        return tensors

@@ -65,6 +65,7 @@ BEGIN_EPISODE = ADVANCE_ENV = None  # bound per env
 def step_all(
     actions,
     state,
+    array,
     steps,
     prev_done,
     done_words,
@@ -87,15 +88,16 @@ def step_all(
         if done_words[w]:
             for i in range(8 * w, 8 * w + 8):
                 if prev_done[i]:
-                    BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
+                    BEGIN_EPISODE(i, state, array, episode, seed32, lows, highs)
     for i in range(8 * done_words.shape[0], n):
         if prev_done[i]:
-            BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
+            BEGIN_EPISODE(i, state, array, episode, seed32, lows, highs)
     for i in prange(n):
         ADVANCE_ENV(
             i,
             actions,
             state,
+            array,
             steps,
             prev_done,
             ep_return,
@@ -255,14 +257,14 @@ class NumbaCPUBackend(Backend):
         self._tuner = None if num_threads is not None else ThreadTuner(self.num_threads, start=default_num_threads(num_envs))
         self._kernel = kernel_for(env, dtype)
         self._arguments = KernelArguments(self._kernel.py_func)
-        self._outputs = StepOutputs.allocate(env.definition.obs_size, num_envs, dtype, device)
+        self._outputs = StepOutputs.allocate(env.definition.obs_shape, num_envs, dtype, device)
         self._out_arrays = {name: _kernel_array(t) for name, t in self._outputs._asdict().items()}
         self._prepared_for = None  # (buffers, constants) the prepared arguments hold
         self._compiled = False
 
     def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """Numpy views of the buffers and the constants, made when they change, not every step."""
-        arrays = {name: _kernel_array(t) for name, t in buffers.tensors().items()}
+        arrays = {name: _kernel_array(t) for name, t in self.kernel_tensors(buffers).items()}
         flags = arrays["prev_done"]
         arrays["done_words"] = flags[: flags.size // 8 * 8].view(np.uint64)  # 8 done flags per word
         self._arguments.prepare(actions=None, **arrays, **self._out_arrays, **constants._asdict())

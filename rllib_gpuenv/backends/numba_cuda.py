@@ -35,6 +35,7 @@ BEGIN_EPISODE = ADVANCE_ENV = None  # bound per env
 def step_one_env(
     actions,
     state,
+    array,
     steps,
     prev_done,
     episode,
@@ -54,11 +55,12 @@ def step_one_env(
     i = cuda.grid(1)
     if i < state.shape[1]:
         if prev_done[i]:
-            BEGIN_EPISODE(i, state, episode, seed32, lows, highs)
+            BEGIN_EPISODE(i, state, array, episode, seed32, lows, highs)
         ADVANCE_ENV(
             i,
             actions,
             state,
+            array,
             steps,
             prev_done,
             ep_return,
@@ -86,6 +88,19 @@ def kernel_source(env: BoundEnv, dtype: torch.dtype):
 
 
 _KERNELS: dict = {}
+
+RETURNED_ARRAY = "Only accept returning of array passed into the function as argument"
+
+
+def explain_compile_error(err: Exception, env_id: str) -> Exception:
+    """numba-cuda's error, or for an env function that returns a new array, one that says the fix."""
+    if RETURNED_ARRAY not in str(err):
+        return err
+    return TypeError(
+        f"numba-cuda cannot compile {env_id}: a function of the env returns an array that is not one of its "
+        "arguments as it came (observe returning the state's array, a helper returning put's result), which a CUDA "
+        "device function may not; mark it @jitable(returns_array=True), so that CUDA kernels inline it"
+    )
 
 
 def kernel_for(env: BoundEnv, dtype: torch.dtype):
@@ -140,13 +155,15 @@ class NumbaCUDABackend(Backend):
         self.threads_per_block = threads_per_block
         self._kernel = kernel_for(env, dtype)
         self._arguments = KernelArguments(self._kernel.py_func)
-        self._outputs = StepOutputs.allocate(env.definition.obs_size, num_envs, dtype, device)
+        self._outputs = StepOutputs.allocate(env.definition.obs_shape, num_envs, dtype, device)
         self._prepared_for = None  # (buffers, constants) the prepared arguments hold
         self._compiled = False
 
     def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """numba views of the buffers and outputs (slow to make: when they change, not per step)."""
-        views = {name: _as_kernel_array(t) for name, t in (*buffers.tensors().items(), *self._outputs._asdict().items())}
+        views = {
+            name: _as_kernel_array(t) for name, t in (*self.kernel_tensors(buffers).items(), *self._outputs._asdict().items())
+        }
         self._arguments.prepare(actions=None, **views, **constants._asdict())
         self._prepared_for = (buffers, constants)
 
@@ -163,7 +180,10 @@ class NumbaCUDABackend(Backend):
         if self._compiled or SIMULATED:
             launch(*args)
         else:  # numba-cuda compiles on the first launch (once per process)
-            log_first_call(self._kernel, args, f"numba-cuda step of {self.env.definition.id}", call=lambda: launch(*args))
+            try:
+                log_first_call(self._kernel, args, f"numba-cuda step of {self.env.definition.id}", call=lambda: launch(*args))
+            except Exception as err:
+                raise explain_compile_error(err, self.env.definition.id) from err
             self._compiled = True
         # Numba views of new tensors are slow to make, so fresh outputs are copies (on the GPU).
         return self._outputs.clone() if fresh else self._outputs

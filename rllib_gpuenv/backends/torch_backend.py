@@ -19,26 +19,31 @@ class TorchBackend(Backend):
     def step(self, buffers: EnvBuffers, actions: torch.Tensor, constants: StepConstants, fresh: bool) -> StepOutputs:
         b = buffers
         resetting = b.prev_done
-        state = b.state
+        state, array = b.state, b.array
         # NEXT_STEP autoreset: envs whose episode ended last step start the next one. On the CPU
         # initial states are drawn only when some env needs one; on a GPU always, rather than
         # wait for the GPU to answer.
         if not ops.host_reads_are_free(state.device) or bool(resetting.any()):
             b.episode += resetting
-            initial = self.env.initial_states(b.episode, constants)
+            initial, initial_array = self.env.initial_states(b.episode, constants)
             state = torch.where(resetting, initial.to(self.dtype), state)
+            if array is not None:
+                array = torch.where(resetting, initial_array.to(self.dtype), array)
         action = actions if self.env.discrete else tuple(actions.T.to(self.dtype))  # float32 values, in the state's precision
         with ops.tensor_float(self.dtype):
             new_state, obs, reward, terminated, truncated, steps, ep_return = self.env.advance(
-                resetting, action, tuple(state), b.steps, b.ep_return, constants.max_steps
+                resetting, action, self.env.state_items(state, array), b.steps, b.ep_return, constants.max_steps
             )
-        b.state.copy_(torch.stack(new_state))
+        size = self.env.definition.state_size
+        b.state.copy_(torch.stack(new_state[:size]))
+        if array is not None:
+            b.array.copy_(new_state[size])
         b.steps.copy_(steps)
         b.ep_return.copy_(ep_return)
         done = terminated | truncated
         b.prev_done.copy_(done)
         return StepOutputs(
-            obs=torch.stack(obs).to(torch.float32),
+            obs=self.env.observation(obs),
             reward=reward.to(torch.float32),
             terminated=terminated,
             truncated=truncated,

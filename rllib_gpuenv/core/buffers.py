@@ -23,9 +23,12 @@ class EnvBuffers:
     prev_done: torch.Tensor  # (N,) bool, episode ended on the previous step -> reset now
     episode: torch.Tensor  # (N,) int64, episode counter, the RNG counter for initial states
     ep_return: torch.Tensor  # (N,) the env's dtype, return so far in the current episode
+    array: torch.Tensor | None = None  # (*array_shape, N) the env's dtype: the env's own array, if any
 
     @classmethod
-    def allocate(cls, state_size: int, num_envs: int, dtype: torch.dtype, device: torch.device) -> EnvBuffers:
+    def allocate(
+        cls, state_size: int, num_envs: int, dtype: torch.dtype, device: torch.device, array_shape: tuple[int, ...] = ()
+    ) -> EnvBuffers:
         def zeros(*shape, dt):
             return torch.zeros(shape, dtype=dt, device=device)
 
@@ -35,16 +38,18 @@ class EnvBuffers:
             prev_done=zeros(num_envs, dt=torch.bool),
             episode=zeros(num_envs, dt=torch.int64),
             ep_return=zeros(num_envs, dt=dtype),
+            array=zeros(*array_shape, num_envs, dt=dtype) if array_shape else None,
         )
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every buffer the env has, by name (no ``array`` for envs without one)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 class StepOutputs(NamedTuple):
     """One step's results; ``final_*`` hold the return/length of episodes that ended now."""
 
-    obs: torch.Tensor  # (O, N) float32, structure-of-arrays; the env returns ``obs.T``
+    obs: torch.Tensor  # (*obs_shape, N) float32, envs last; the env returns it with envs first
     reward: torch.Tensor  # (N,) float32
     terminated: torch.Tensor  # (N,) bool
     truncated: torch.Tensor  # (N,) bool
@@ -53,12 +58,12 @@ class StepOutputs(NamedTuple):
     final_mask: torch.Tensor  # (N,) bool, an episode ended at this step
 
     @classmethod
-    def allocate(cls, obs_size: int, num_envs: int, dtype: torch.dtype, device: torch.device) -> StepOutputs:
+    def allocate(cls, obs_shape: tuple[int, ...], num_envs: int, dtype: torch.dtype, device: torch.device) -> StepOutputs:
         def empty(*shape, dt):
             return torch.empty(shape, dtype=dt, device=device)
 
         return cls(
-            obs=empty(obs_size, num_envs, dt=torch.float32),
+            obs=empty(*obs_shape, num_envs, dt=torch.float32),
             reward=empty(num_envs, dt=torch.float32),
             terminated=empty(num_envs, dt=torch.bool),
             truncated=empty(num_envs, dt=torch.bool),
@@ -83,7 +88,8 @@ class StepConstants(NamedTuple):
 
 def bytes_per_env(state_size: int, obs_size: int, action_size: int, dtype: torch.dtype) -> int:
     """A generous estimate of device memory per env: buffers, outputs, fresh copies of the
-    outputs, actions, and the temporaries of the torch backend's elementwise ops."""
+    outputs, actions, and the temporaries of the torch backend's elementwise ops. ``state_size``
+    and ``obs_size`` count every number, an env's array and array observation included."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     per_copy = state_size * itemsize + 4 + 1 + 8 + itemsize + obs_size * 4 + 4 + 1 + 1 + itemsize + 4 + 1
     return 3 * per_copy + 12 * state_size * itemsize + 8 * action_size

@@ -19,6 +19,25 @@ Numba types an integer mixed with a float32 as float64: write ``to_float(n)`` fo
 float arithmetic (float32 kernels make it a float32).
 * ``observe(state, p) -> obs``: a tuple of ``obs_size`` numbers.
 
+## Envs with an array (grids, images, sets of bodies)
+An env may keep one array per env besides its numbers (``array_shape``, e.g. ``(10, 10, 4)``:
+several grids are channels of one array). ``state`` then ends with it: ``(*numbers, array)``.
+The same code runs on tensors, where the array is ``(*array_shape, N)`` (every env's at once,
+envs last, so that a constant index ``array[9, 4, 0]`` is every env's element), and in kernels,
+where it is the env's own ``array_shape`` view. Per-env positions read and write it through
+``ops.get(array, (y, x, c))`` and ``array = ops.put(array, (y, x, c), value)``: ``put`` returns a
+new tensor on tensors and writes the env's array in place in kernels, so ``step`` must use what it
+returns and may not read the old array after a ``put``. Loops need bounds that are the same for
+every env (``for c in range(10)``). An env whose ``obs_size`` is a shape (``(10, 10, 4)``)
+observes an array: ``observe`` returns its array or a part of it with constant indices
+(``array[:, :, :4]``); the core copies it out. A function that returns an array other than an
+argument as it came (``observe``, a helper returning ``put``'s result) is marked
+``@jitable(returns_array=True)``: numba-cuda cannot return a new array from a device function,
+so CUDA kernels inline it. ``initial(state, p) -> state`` (optional, for any
+env) turns the uniform draw of ``reset_bounds`` (the array zeroed) into the initial state, e.g.
+places bricks and picks a discrete start. Backends: all three (torch, numba-cpu, numba-cuda);
+``envs/minatar_breakout.py`` is the model.
+
 ``p`` is a ``NamedTuple`` of the env's physical parameters, named as gymnasium's env attributes
 with gymnasium's defaults; users override them per env instance (``GPUPendulum-v1``'s
 ``g=9.81``). In a compiled kernel they are compile-time constants (each distinct set of values
@@ -48,9 +67,10 @@ class EnvDef:
             against it, rendering draws with it, ``gym.make`` builds it); None for an env of
             your own (then there is no ``render`` and no single-env ``gym.make``).
         params: the ``NamedTuple`` class of physical parameters, defaults = gymnasium's.
-        state_names: the state's components, in the order of gymnasium's ``env.state``.
-        obs_size: numbers per observation.
-        observation_bounds: ``p -> (low, high)`` of the observation space (float32 Box).
+        state_names: the state's numbers, in the order of gymnasium's ``env.state``.
+        obs_size: numbers per observation, or the shape of an array observation.
+        observation_bounds: ``p -> (low, high)`` of the observation space (float32 Box; a
+            bound may be one number for every element).
         action_space: ``p -> Discrete(n) or Box(low, high, (k,), float32)``.
         reset_bounds: ``(options, p) -> (low, high)``, one bound per state component: the
             initial state is uniform in between (a component with ``low == high`` starts
@@ -61,13 +81,15 @@ class EnvDef:
         prepare_render: optional ``(renderer, p, last_action) -> None`` for what a gymnasium
             renderer reads besides ``state`` and the parameters (Pendulum's ``last_u``).
         float32_initial_state: gymnasium stores the initial state as float32 (Acrobot).
+        array_shape: the shape of the env's own array, ``()`` for none (module doc).
+        initial: optional jitable ``(state, p) -> state`` from the uniform draw to the initial state.
     """
 
     id: str
     gymnasium_env: str | None
     params: type
     state_names: tuple[str, ...]
-    obs_size: int
+    obs_size: int | tuple[int, ...]
     observation_bounds: Callable[[Any], tuple[Any, Any]]
     action_space: Callable[[Any], spaces.Space]
     reset_bounds: Callable[[dict | None, Any], tuple[tuple[float, ...], tuple[float, ...]]]
@@ -77,10 +99,31 @@ class EnvDef:
     reward_threshold: float | None = None
     prepare_render: Callable | None = None
     float32_initial_state: bool = False
+    array_shape: tuple[int, ...] = ()
+    initial: Callable | None = None
+
+    def __post_init__(self):
+        shapes = {"array_shape": self.array_shape, "obs_size": self.obs_shape}
+        for name, shape in shapes.items():
+            if not all(isinstance(n, int) and n >= 1 for n in shape):
+                raise ValueError(f"{self.id}: {name} must be positive integers, got {shape!r}")
+        if not self.state_names:
+            raise ValueError(f"{self.id}: state_names must name at least one number of the state")
 
     @property
     def state_size(self) -> int:
+        """Numbers in the state (its array, if any, not counted)."""
         return len(self.state_names)
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """One observation's shape: ``(obs_size,)``, or the shape of an array observation."""
+        return tuple(self.obs_size) if isinstance(self.obs_size, tuple) else (self.obs_size,)
+
+    @property
+    def array_observation(self) -> bool:
+        """``observe`` returns (part of) the array, not a tuple of numbers."""
+        return isinstance(self.obs_size, tuple)
 
     def make_params(self, **overrides: Any) -> NamedTuple:
         """The parameters with ``overrides`` applied, checked by name and type."""
@@ -108,8 +151,8 @@ class EnvDef:
 
     def spaces(self, p) -> tuple[spaces.Box, spaces.Space]:
         """``(single_observation_space, single_action_space)`` for parameters ``p``."""
-        low, high = self.observation_bounds(p)
-        obs_space = spaces.Box(np.asarray(low, np.float32), np.asarray(high, np.float32), dtype=np.float32)
+        low, high = (np.array(np.broadcast_to(np.asarray(b, np.float32), self.obs_shape)) for b in self.observation_bounds(p))
+        obs_space = spaces.Box(low, high, dtype=np.float32)
         return obs_space, self.action_space(p)
 
     def gymnasium_class(self) -> type | None:

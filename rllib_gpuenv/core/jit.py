@@ -40,6 +40,7 @@ _NUMBA_BODY = "__rllib_gpuenv_numba_body__"
 _CUDA_BODY = "__rllib_gpuenv_cuda_body__"
 _SINGLE = "__rllib_gpuenv_single__"
 _INLINE = "__rllib_gpuenv_inline__"
+_RETURNS_ARRAY = "__rllib_gpuenv_returns_array__"
 _single_versions: dict[Callable, Callable] = {}
 _cuda_versions: dict[Callable, Callable] = {}
 _unregistered: list[Callable] | None = []  # None once numba knows every jitable
@@ -69,6 +70,7 @@ def jitable(
     cuda_body: Callable | str | None = None,
     single: Callable | None = None,
     inline: bool = True,
+    returns_array: bool = False,
 ):
     """Make ``fn`` callable from numba-compiled code; return it unchanged.
 
@@ -79,11 +81,18 @@ def jitable(
     algorithm, not just float32 constants.
     ``inline``: numba inlines the function into its caller's IR (the default, for small
     functions); False compiles it as a function of its own, which LLVM may still inline.
+    ``returns_array``: the function returns an array that is not one of its arguments as it
+    came (``put``'s result, a part of the state: functions of envs with an array). A CUDA device
+    function may not (numba-cuda has no reference counting to return a new one), so CUDA
+    kernels inline it into its caller's IR instead.
     """
     if fn is None:
-        return lambda f: jitable(f, numba_body=numba_body, cuda_body=cuda_body, single=single, inline=inline)
+        return lambda f: jitable(
+            f, numba_body=numba_body, cuda_body=cuda_body, single=single, inline=inline, returns_array=returns_array
+        )
     body = numba_body or fn
     setattr(fn, _INLINE, inline)
+    setattr(fn, _RETURNS_ARRAY, returns_array)
     setattr(fn, _NUMBA_BODY, body)
     setattr(fn, _CUDA_BODY, cuda_body or body)
     if single is not None:
@@ -165,6 +174,7 @@ def bind(fn: F, name: str | None = None, inline: bool | None = None, **globals_:
         cuda_body=_bound_body(fn, copy, _CUDA_BODY),
         single=getattr(fn, _SINGLE, None),
         inline=getattr(fn, _INLINE) if inline is None else inline,
+        returns_array=getattr(fn, _RETURNS_ARRAY),
     )
 
 
@@ -203,7 +213,11 @@ def single_precision(fn: F) -> F:
             single_cuda = single_numba if cuda_body is numba_body else _rebind(cuda_body, _single, const=_single)
             # The Python body is unchanged: it runs on tensors, which keep their own dtype.
             _single_versions[fn] = jitable(
-                _rebind(fn, lambda v: v), numba_body=single_numba, cuda_body=single_cuda, inline=getattr(fn, _INLINE)
+                _rebind(fn, lambda v: v),
+                numba_body=single_numba,
+                cuda_body=single_cuda,
+                inline=getattr(fn, _INLINE),
+                returns_array=getattr(fn, _RETURNS_ARRAY),
             )
         else:
             _single_versions[fn] = _rebind(fn, _single, const=_single)
@@ -215,7 +229,8 @@ def _cuda_device_function(value):
         return value
     from numba import cuda
 
-    return cuda.jit(device=True)(cuda_device_functions(_body(value, _CUDA_BODY)))
+    inline = "always" if getattr(value, _RETURNS_ARRAY) else "never"  # numba IR inlining: see ``jitable``
+    return cuda.jit(device=True, inline=inline)(cuda_device_functions(_body(value, _CUDA_BODY)))
 
 
 def cuda_device_functions(fn: F) -> F:

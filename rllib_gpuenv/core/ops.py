@@ -18,6 +18,13 @@ both, as Python and numpy do). What is spelled differently on the two is here:
 * ``to_float32(x)``: ``x`` rounded to float32, for envs whose gymnasium version keeps float32
   numbers in its state (an exact float32 operation is a float64 operation rounded once).
 * ``wrap(x, low, high)``: gymnasium's ``wrap``, shifting by whole periods one at a time.
+* ``to_int(x)``: a whole-numbered float as an integer, to index an array with.
+* ``get(array, index)`` and ``put(array, index, value)``: one element of an env's own array
+  (``EnvDef.array_shape``) at a per-env ``index`` (a tuple of integers). On tensors the array
+  is ``(*array_shape, N)`` and each env reads and writes its own element; in kernels it is the
+  env's ``array_shape`` view. ``put`` returns the array with the element set: write
+  ``grid = put(grid, (y, x), 1.0)``. (A constant index needs neither: ``grid[0, 3]`` reads the
+  same on both.)
 """
 
 from __future__ import annotations
@@ -212,3 +219,43 @@ def wrap(x, low, high):
         x = torch.where(above, x - diff, torch.where(below, x + diff, x))
         passes = None if passes is None else passes - 1
     return x
+
+
+def _numba_to_int(x):
+    return int(x)
+
+
+@jitable(numba_body=_numba_to_int)
+def to_int(x):
+    """A whole-numbered float (a grid position kept in the float state) as an integer index."""
+    return x.long() if isinstance(x, torch.Tensor) else int(x)
+
+
+def _batch_index(array: torch.Tensor, index: tuple) -> tuple:
+    """``index`` for ``(*shape, N)`` tensors: per-env positions as int64, then each env's own column."""
+    envs = torch.arange(array.shape[-1], device=array.device)
+    return (*(i.long() if isinstance(i, torch.Tensor) else int(i) for i in index), envs)
+
+
+def _numba_get(array, index):
+    return array[index]
+
+
+@jitable(numba_body=_numba_get)
+def get(array, index):
+    """Element ``index`` (a tuple of integers, one per array dimension) of each env's array."""
+    return array[_batch_index(array, index)]
+
+
+def _numba_put(array, index, value):
+    array[index] = value
+    return array
+
+
+@jitable(numba_body=_numba_put)
+def put(array, index, value):
+    """The array with element ``index`` of each env set to ``value``: a new tensor on tensors,
+    the env's own array written in place in kernels (so use what it returns, and only that)."""
+    position = _batch_index(array, index)
+    value = torch.as_tensor(value, dtype=array.dtype, device=array.device).expand(array.shape[-1])
+    return array.index_put(tuple(torch.as_tensor(i, device=array.device) for i in position), value)

@@ -12,6 +12,10 @@ Autoreset (gymnasium's NEXT_STEP, as its ``CartPoleVectorEnv``): when an episode
 episode and returns the new initial observation with reward 0 and both flags False. The new
 initial state is drawn first (``begin_episode``, or ``initial_states`` on tensors) from the
 counter-based hash of ``rng.py``; ``advance`` then keeps it instead of the stepped state.
+
+Envs with an array (``EnvDef.array_shape``) write it in place in kernels, so there the step of a
+resetting env must not run at all: their kernels call ``advance_in_place``, which branches
+(one env per thread or loop iteration can), where tensors still compute and discard it.
 """
 
 from __future__ import annotations
@@ -31,14 +35,14 @@ from gymnasium import spaces
 from rllib_gpuenv.core import tuples
 from rllib_gpuenv.core.env_def import EnvDef
 from rllib_gpuenv.core.jit import bind, jitable, single_precision
-from rllib_gpuenv.core.ops import select, to_float32
+from rllib_gpuenv.core.ops import select, tensor_float, to_float32
 from rllib_gpuenv.core.rng import bits_to_uniform, reset_bits
 
 logger = logging.getLogger(__name__)
 
 # Bound per env by ``BoundEnv``; placeholders until then.
-ENV_STEP = ENV_OBSERVE = PARAMS = SELECT_STATE = ADVANCE = FLOAT32_INITIAL_STATE = STATE_SIZE = None
-LOAD_STATE = STORE_STATE = STORE_OBS = LOAD_ACTION = None
+ENV_STEP = ENV_OBSERVE = ENV_INITIAL = PARAMS = SELECT_STATE = ADVANCE = FLOAT32_INITIAL_STATE = STATE_SIZE = None
+LOAD_STATE = STORE_STATE = STORE_OBS = LOAD_ACTION = CLEAR_ARRAY = BEGIN_STATE = None
 
 
 @jitable
@@ -60,19 +64,48 @@ def advance(resetting, action, state, steps, ep_return, max_steps):
 
 
 @jitable
+def advance_in_place(resetting, action, state, steps, ep_return, max_steps):
+    """``advance`` for kernels of envs with an array, which their step writes in place: a
+    resetting env is not stepped (its array already holds the new episode's)."""
+    reward = 0.0
+    terminated = False
+    if not resetting:
+        state, reward, terminated = ENV_STEP(state, action, PARAMS)
+    steps = 0 if resetting else steps + 1
+    truncated = steps >= max_steps
+    ep_return = 0.0 if resetting else ep_return + reward
+    return state, ENV_OBSERVE(state, PARAMS), reward, terminated, truncated, steps, ep_return
+
+
+@jitable
 def initial_value(seed32, env_index, episode, component, low, high):
     """Component ``component`` of the initial state of episode ``episode`` of env ``env_index``."""
     return bits_to_uniform(reset_bits(seed32, env_index, episode, component), low, high)
 
 
 @jitable
-def begin_episode(i, state, episode, seed32, lows, highs):
+def begin_episode(i, state, array, episode, seed32, lows, highs):
     """Kernels: count env ``i``'s next episode and draw its initial state into ``state``."""
     e = episode[i] + 1
     episode[i] = e
     for k in range(STATE_SIZE):  # a constant: the compiler unrolls the loop
         value = initial_value(seed32, i, e, k, lows[k], highs[k])
         state[k, i] = to_float32(value) if FLOAT32_INITIAL_STATE else value
+    BEGIN_STATE(state, array, i)
+
+
+@jitable
+def apply_initial(state, array, i):
+    """Kernels: the env's ``initial`` turns env ``i``'s uniform draw (its array zeroed) into its
+    initial state."""
+    CLEAR_ARRAY(array, i)
+    STORE_STATE(state, i, ENV_INITIAL(LOAD_STATE(state, array, i), PARAMS))
+
+
+@jitable
+def keep_drawn_state(state, array, i):
+    """Kernels of envs without ``initial``: the uniform draw is the initial state."""
+    return None
 
 
 @jitable
@@ -80,6 +113,7 @@ def advance_env(
     i,
     actions,
     state,
+    array,
     steps,
     prev_done,
     ep_return,
@@ -99,7 +133,7 @@ def advance_env(
     vectorise the loop on a CPU.
     """
     new_state, new_obs, r, term, trunc, n, ret = ADVANCE(
-        prev_done[i], LOAD_ACTION(actions, i), LOAD_STATE(state, i), steps[i], ep_return[i], max_steps
+        prev_done[i], LOAD_ACTION(actions, i), LOAD_STATE(state, array, i), steps[i], ep_return[i], max_steps
     )
     term = 1 if term else 0
     trunc = 1 if trunc else 0
@@ -157,6 +191,10 @@ class BoundEnv:
         return isinstance(self.definition.action_space(self.params), spaces.Discrete)
 
     @property
+    def has_array(self) -> bool:
+        return bool(self.definition.array_shape)
+
+    @property
     def advance(self) -> Callable:
         d = self.definition
         return _cached(
@@ -166,7 +204,7 @@ class BoundEnv:
                 ENV_STEP=d.step,
                 ENV_OBSERVE=d.observe,
                 PARAMS=self.params,
-                SELECT_STATE=tuples.select_each(d.state_size),
+                SELECT_STATE=tuples.select_each(d.state_size + self.has_array),
             ),
         )
 
@@ -177,27 +215,66 @@ class BoundEnv:
         params = _float32_params(self.params) if dtype == torch.float32 else self.params
         space = d.action_space(self.params)
         load_action = _load_scalar if self.discrete else tuples.load_row(int(np.prod(space.shape)))
-        bound_advance = bind(
-            advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=params, SELECT_STATE=tuples.select_each(d.state_size)
+        load_state = tuples.load_state(d.state_size, len(d.array_shape))
+        store_state = tuples.store_column(d.state_size)  # the array, if any, is written in place
+        if self.has_array:
+            bound_advance = bind(advance_in_place, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=params)
+        else:
+            bound_advance = bind(
+                advance, ENV_STEP=d.step, ENV_OBSERVE=d.observe, PARAMS=params, SELECT_STATE=tuples.select_each(d.state_size)
+            )
+        if d.initial is None:
+            begin_state = keep_drawn_state
+        else:
+            begin_state = bind(
+                apply_initial,
+                ENV_INITIAL=d.initial,
+                PARAMS=params,
+                LOAD_STATE=load_state,
+                STORE_STATE=store_state,
+                CLEAR_ARRAY=tuples.clear_column(len(d.array_shape)),
+            )
+        begin = bind(
+            begin_episode, FLOAT32_INITIAL_STATE=d.float32_initial_state, STATE_SIZE=d.state_size, BEGIN_STATE=begin_state
         )
-        begin = bind(begin_episode, FLOAT32_INITIAL_STATE=d.float32_initial_state, STATE_SIZE=d.state_size)
+        store_obs = tuples.store_array_column(len(d.obs_shape)) if d.array_observation else tuples.store_column(d.obs_size)
         step = bind(
             advance_env,
             ADVANCE=bound_advance,
             LOAD_ACTION=load_action,
-            LOAD_STATE=tuples.load_column(d.state_size),
-            STORE_STATE=tuples.store_column(d.state_size),
-            STORE_OBS=tuples.store_column(d.obs_size),
+            LOAD_STATE=load_state,
+            STORE_STATE=store_state,
+            STORE_OBS=store_obs,
         )
         if dtype == torch.float32:
             return single_precision(begin), single_precision(step)
         return begin, step
 
-    def initial_states(self, episode: torch.Tensor, constants) -> torch.Tensor:
-        """Tensors: the ``(S, N)`` float64 initial states of each env's current episode."""
-        return initial_states(
-            episode, constants.seed32, constants.lows, constants.highs, self.definition.float32_initial_state
-        )
+    def initial_states(self, episode: torch.Tensor, constants) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tensors: the ``(S, N)`` float64 initial numbers of each env's current episode, and its
+        ``(*array_shape, N)`` float64 initial array (None for envs without one)."""
+        d = self.definition
+        numbers = initial_states(episode, constants.seed32, constants.lows, constants.highs, d.float32_initial_state)
+        array = torch.zeros((*d.array_shape, episode.shape[0]), dtype=torch.float64, device=episode.device)
+        if d.initial is None:
+            return numbers, array if self.has_array else None
+        with tensor_float(torch.float64):
+            items = d.initial(self.state_items(numbers, array), self.params)
+        rows = [
+            torch.as_tensor(x, dtype=torch.float64, device=episode.device).expand(episode.shape[0])
+            for x in items[: d.state_size]
+        ]
+        return torch.stack(rows), (items[-1] if self.has_array else None)
+
+    def state_items(self, numbers: torch.Tensor, array: torch.Tensor | None) -> tuple:
+        """The state as ``step`` sees it on tensors: ``(S, N)`` numbers as rows, then the array."""
+        return (*numbers, array) if self.has_array else tuple(numbers)
+
+    def observation(self, obs) -> torch.Tensor:
+        """What ``observe`` returned on tensors, as the float32 ``(*obs_shape, N)`` output (a copy)."""
+        if self.definition.array_observation:
+            return obs.to(torch.float32, copy=True)
+        return torch.stack(obs).to(torch.float32)
 
     def kernel_name(self, kernel: str, dtype: torch.dtype) -> str | None:
         """``<kernel>__<env>__<dtype>__<digest of the sources and parameters>``, or None when
@@ -207,6 +284,8 @@ class BoundEnv:
             sys.modules[f.__module__]
             for f in (advance, select, bits_to_uniform, tuples.load_row, bind, self.definition.step, self.definition.observe)
         }
+        if self.definition.initial is not None:
+            modules.add(sys.modules[self.definition.initial.__module__])
         for module in sorted(modules, key=lambda m: m.__name__):
             try:
                 digest.update(inspect.getsource(module).encode())

@@ -11,6 +11,11 @@ size from a template, e.g. for size 2::
     def select_each(c, a, b):        return (select(c, a[0], b[0]), select(c, a[1], b[1]))
 
 They are ``@jitable``: numba inlines them, and ``select_each`` runs on tensors as well.
+
+Envs with an array of their own (``EnvDef.array_shape``) keep it in a ``(*array_shape, N)``
+buffer; kernels hand each env its view ``array[:, :, i]`` (``load_state``), clear it at a reset
+(``clear_column``) and copy an array observation into the ``(*obs_shape, N)`` output
+(``store_array_column``), with one loop per dimension.
 """
 
 from __future__ import annotations
@@ -56,3 +61,39 @@ def load_row(size: int):
 def select_each(size: int):
     """``select(c, a[k], b[k])`` for every k: a tuple of ``a`` where ``c``, else of ``b``."""
     return _make("select_each", "c, a, b", "return " + _tuple([f"select(c, a[{k}], b[{k}])" for k in range(size)]), size)
+
+
+def _slice(ndim: int) -> str:
+    return ", ".join([":"] * ndim)
+
+
+@functools.cache
+def load_state(size: int, ndim: int):
+    """Env ``i``'s state as the env sees it: its ``size`` numbers, then (``ndim`` > 0) the view of
+    its own ``ndim``-dimensional array."""
+    items = [f"state[{k}, i]" for k in range(size)] + ([f"array[{_slice(ndim)}, i]"] if ndim else [])
+    return _make("load_state", "state, array, i", "return " + _tuple(items), size)
+
+
+def _loops(ndim: int, shape_of: str, statement: str) -> str:
+    """``statement`` (over indices ``a0..``) nested in one loop per dimension of ``shape_of``."""
+    lines = [" " * 4 * k + f"for a{k} in range({shape_of}.shape[{k}]):" for k in range(ndim)]
+    return "\n    ".join([*lines, " " * 4 * ndim + statement])
+
+
+@functools.cache
+def clear_column(ndim: int):
+    """``array[..., i] = 0``: env ``i``'s array zeroed (nothing for ``ndim`` 0)."""
+    if ndim == 0:
+        return _make("clear_column", "array, i", "return None", 0)
+    index = ", ".join(f"a{k}" for k in range(ndim))
+    return _make("clear_column", "array, i", _loops(ndim, "array", f"array[{index}, i] = 0"), ndim)
+
+
+@functools.cache
+def store_array_column(ndim: int):
+    """``array[..., i] = values``: an env's array observation into the ``(*obs_shape, N)`` output."""
+    index = ", ".join(f"a{k}" for k in range(ndim))
+    return _make(
+        "store_array_column", "array, i, values", _loops(ndim, "values", f"array[{index}, i] = values[{index}]"), ndim
+    )

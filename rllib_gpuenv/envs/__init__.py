@@ -1,7 +1,9 @@
 """The env suite (one file per env: its definition and its vector env class), and the registry
 of definitions that this package's ids and your own resolve through.
 
-``ENV_DEFS`` maps every id of the suite to its definition; ``add_definition`` adds your own;
+``ENV_DEFS`` maps every id of the suite (gymnasium's classic control, each checked against
+gymnasium's own) to its definition; ``SHIPPED_DEFS`` adds the envs shipped beyond it (MinAtar's
+Breakout, an env with an array); ``add_definition`` adds your own;
 ``make_vector_env`` builds any of them (or a definition given directly) as a ``GPUVectorEnv``.
 An env joins the suite with its file (its definition and class) and its entry in ``SUITE`` below,
 imported just above it.
@@ -15,6 +17,7 @@ from typing import Any
 from rllib_gpuenv.core.env_def import EnvDef
 from rllib_gpuenv.envs.acrobot import AcrobotVectorEnv
 from rllib_gpuenv.envs.cartpole import CartPoleVectorEnv
+from rllib_gpuenv.envs.minatar_breakout import BreakoutMinAtarVectorEnv
 from rllib_gpuenv.envs.mountain_car import MountainCarVectorEnv
 from rllib_gpuenv.envs.mountain_car_continuous import MountainCarContinuousVectorEnv
 from rllib_gpuenv.envs.pendulum import PendulumVectorEnv
@@ -27,9 +30,11 @@ SUITE: tuple[type[GPUVectorEnv], ...] = (
     MountainCarContinuousVectorEnv,
     PendulumVectorEnv,
 )
+SHIPPED: tuple[type[GPUVectorEnv], ...] = (*SUITE, BreakoutMinAtarVectorEnv)
 ENV_DEFS: dict[str, EnvDef] = {cls.definition.id: cls.definition for cls in SUITE}
-_CLASSES: dict[EnvDef, type[GPUVectorEnv]] = {cls.definition: cls for cls in SUITE}
-_DEFINITIONS: dict[str, EnvDef] = dict(ENV_DEFS)  # the suite and the user's definitions
+SHIPPED_DEFS: dict[str, EnvDef] = {cls.definition.id: cls.definition for cls in SHIPPED}
+_CLASSES: dict[EnvDef, type[GPUVectorEnv]] = {cls.definition: cls for cls in SHIPPED}
+_DEFINITIONS: dict[str, EnvDef] = dict(SHIPPED_DEFS)  # the shipped envs and the user's definitions
 
 
 def add_definition(definition: EnvDef) -> None:

@@ -59,6 +59,7 @@ from rllib_gpuenv.backends import make_backend
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs, bytes_per_env
 from rllib_gpuenv.core.devices import check_fits, resolve_device
 from rllib_gpuenv.core.env_def import EnvDef
+from rllib_gpuenv.core.ops import tensor_float
 from rllib_gpuenv.core.rng import fold_seed
 from rllib_gpuenv.core.step import BoundEnv
 
@@ -168,7 +169,10 @@ class GPUVectorEnv(VectorEnv):
         self._action_shape = self.single_action_space.shape
         self._batch_action_shape = (self.num_envs, *self._action_shape)
         action_size = int(np.prod(self._action_shape or (1,)))
-        check_fits(self.num_envs, bytes_per_env(d.state_size, d.obs_size, action_size, self.dtype), self.device, "num_envs")
+        numbers = d.state_size + int(np.prod(d.array_shape or (0,)))
+        check_fits(
+            self.num_envs, bytes_per_env(numbers, int(np.prod(d.obs_shape)), action_size, self.dtype), self.device, "num_envs"
+        )
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._bound = BoundEnv(d, self.params)
@@ -176,7 +180,7 @@ class GPUVectorEnv(VectorEnv):
             backend, self._bound, self.num_envs, self.device, self.dtype, threads_per_block, num_threads
         )
         self.backend = self._backend.name
-        self._buffers = EnvBuffers.allocate(d.state_size, self.num_envs, self.dtype, self.device)
+        self._buffers = EnvBuffers.allocate(d.state_size, self.num_envs, self.dtype, self.device, d.array_shape)
         self._seed32: int | None = None
         self._constants: StepConstants | None = None
         self._last_action: torch.Tensor | None = None
@@ -211,8 +215,9 @@ class GPUVectorEnv(VectorEnv):
         b.prev_done.zero_()
         b.ep_return.zero_()
         self._last_action = None
-        obs = torch.stack(self.definition.observe(tuple(b.state), self.params)).to(torch.float32)
-        return self._to_output(obs.T), {}
+        with tensor_float(self.dtype):
+            obs = self._bound.observation(self.definition.observe(self._bound.state_items(b.state, b.array), self.params))
+        return self._to_output(obs.movedim(-1, 0)), {}
 
     def step(self, actions):
         """Step every env with one action each (an action space element per env)."""
@@ -291,6 +296,26 @@ class GPUVectorEnv(VectorEnv):
         if tuple(tensor.shape) != shape:
             raise ValueError(f"state must have shape {shape} ({names} per env), got {tuple(tensor.shape)}")
         self._buffers.state.copy_(tensor.to(self.device, self.dtype).T)
+
+    @property
+    def state_array(self) -> torch.Tensor | None:
+        """The env's own array (``definition.array_shape``), shape ``(num_envs, *array_shape)``, as
+        a copy; None for an env without one."""
+        array = self._buffers.array
+        return None if array is None else array.movedim(-1, 0).contiguous()
+
+    @state_array.setter
+    def state_array(self, value) -> None:
+        """Set every env's array (as the ``state`` setter sets the numbers)."""
+        if self._buffers.array is None:
+            raise ValueError(f"{self.definition.id} has no array in its state (its definition's array_shape is ())")
+        shape = (self.num_envs, *self.definition.array_shape)
+        tensor = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value, dtype=np.float64))
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f"state_array must have shape {shape} (num_envs, *array_shape), got {tuple(tensor.shape)}")
+        if not (tensor.is_floating_point() or tensor.dtype in (torch.bool, torch.int32, torch.int64)):
+            raise TypeError(f"state_array must be real numbers, got dtype {tensor.dtype}")
+        self._buffers.array.copy_(tensor.to(self.device, self.dtype).movedim(0, -1))
 
     def get_state(self) -> dict:
         """Everything the envs' next steps depend on (for exact resume): the per-env buffers
@@ -400,7 +425,8 @@ class GPUVectorEnv(VectorEnv):
         if self.episode_statistics and (self.output == "torch" or out.final_mask.any()):
             ended = out.final_mask
             infos = {"episode": {"r": out.final_return, "l": out.final_length, "_r": ended, "_l": ended}, "_episode": ended}
-        return out.obs.T, out.reward, out.terminated, out.truncated, infos
+        obs = np.moveaxis(out.obs, -1, 0) if self.output == "numpy" else out.obs.movedim(-1, 0)  # envs first
+        return obs, out.reward, out.terminated, out.truncated, infos
 
     def _to_output(self, tensor: torch.Tensor):
         return tensor.cpu().numpy() if self.output == "numpy" else tensor

@@ -18,9 +18,10 @@ import numba
 import pytest
 import torch
 
-from rllib_gpuenv import ENV_DEFS, make_vector_env
+from rllib_gpuenv import make_vector_env
 from rllib_gpuenv.core.buffers import StepOutputs
 from rllib_gpuenv.core.step import KernelArguments
+from rllib_gpuenv.envs import SHIPPED_DEFS
 
 pytest.importorskip("numba_cuda", reason="numba-cuda (the CUDA target) is not installed")
 from numba import cuda  # noqa: E402  (numba-cuda's, after the check above)
@@ -52,11 +53,11 @@ def compile_ptx(monkeypatch):
 def kernel_signature(env, fn) -> tuple:
     """The numba types of ``fn``'s arguments for ``env``, from the arrays the backend would pass."""
     env.reset(seed=0)
-    arrays = {k: v.numpy() for k, v in env._buffers.tensors().items()}
+    arrays = {k: v.numpy() for k, v in env._backend.kernel_tensors(env._buffers).items()}
     arrays.update(
         {
             k: v.numpy()
-            for k, v in StepOutputs.allocate(env.definition.obs_size, env.num_envs, env.dtype, env.device)._asdict().items()
+            for k, v in StepOutputs.allocate(env.definition.obs_shape, env.num_envs, env.dtype, env.device)._asdict().items()
         }
     )
     actions = env._action_tensor(torch.as_tensor(env.action_space.sample())).numpy()
@@ -66,7 +67,7 @@ def kernel_signature(env, fn) -> tuple:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+@pytest.mark.parametrize("env_id", list(SHIPPED_DEFS))
 def test_step_kernel_compiles_for_the_gpu(compile_ptx, env_id, dtype):
     env = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype=dtype)
     fn = kernel_source(env._bound, env.dtype)
@@ -74,7 +75,7 @@ def test_step_kernel_compiles_for_the_gpu(compile_ptx, env_id, dtype):
     assert ".entry" in ptx and "st.global" in ptx  # a kernel that writes its results
 
 
-@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+@pytest.mark.parametrize("env_id", list(SHIPPED_DEFS))
 def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
     """No float64 arithmetic in a float32 env's step (full rate on every GPU).
 
@@ -87,6 +88,7 @@ def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
     def advance_all(
         actions,
         state,
+        array,
         steps,
         prev_done,
         ep_return,
@@ -105,6 +107,7 @@ def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
                 i,
                 actions,
                 state,
+                array,
                 steps,
                 prev_done,
                 ep_return,
@@ -130,3 +133,21 @@ def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
     env64 = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype="float64")
     fn64 = kernel_source(env64._bound, env64.dtype)
     assert F64_ARITHMETIC.findall(compile_ptx(fn64, kernel_signature(env64, fn64)))  # the float64 one does show it
+
+
+def test_an_array_returned_without_the_mark_gets_an_error_naming_the_fix(compile_ptx):
+    """numba-cuda refuses a device function that returns a new array: the backend says which mark fixes it."""
+    from dataclasses import replace
+
+    from rllib_gpuenv import jitable
+    from rllib_gpuenv.backends.numba_cuda import explain_compile_error
+    from rllib_gpuenv.envs.minatar_breakout import BREAKOUT
+
+    unmarked = replace(BREAKOUT, id="UnmarkedBreakout-v0", observe=jitable(lambda state, p: state[-1]))
+    env = make_vector_env(unmarked, 8, backend="torch", device="cpu")
+    fn = kernel_source(env._bound, env.dtype)
+    with pytest.raises(Exception) as raised:
+        compile_ptx(fn, kernel_signature(env, fn))
+    explained = explain_compile_error(raised.value, unmarked.id)
+    assert isinstance(explained, TypeError)
+    assert "UnmarkedBreakout-v0" in str(explained) and "@jitable(returns_array=True)" in str(explained)
