@@ -5,12 +5,13 @@
 #   # then one device call per stage: command "bash benchmarks/gpu_session.sh run STAGE", carry [".whl"]
 #
 # "run" installs the carried wheels, then runs its stages; each fits one device call (10 min):
-#   tests     tests/test_gpu.py (both CUDA backends against the CPU for every env, no host sync
+#   tests     tests/test_gpu.py (both CUDA backends against the CPU for every env, MinAtar Breakout's
+#             array written in place by the kernel included, no host sync
 #             per step or per rollout step, PPO trained on the GPU and restored on a CPU, two env
 #             runners sharing the GPU, a colocated learner actor stepping its envs on the GPU), the PTX compile for the device's compute capability, the
 #             simulator and host-read tests;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
-#             envs, sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown, the time per
+#             envs (MinAtar Breakout, an env with a 10x10x4 array each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown, the time per
 #             gradient step of the lean update against RLlib's and plain torch on the GPU (bench update);
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_1024envs.yaml), DQN, and Pendulum
 #             PPO to -300, on the device path, 3 seeds each; one learner in the driver against one colocated
@@ -62,6 +63,7 @@ run)
         bench)
             bench . block_size block-size --num-envs 65536,1048576,16777216
             bench . scaling scaling --num-envs 1024..16777216 --only numba torch
+            bench . scaling_breakout scaling --env GPUBreakout-MinAtar --num-envs 1024..1048576 --only numba torch
             bench . sampling sampling --num-envs 4096,65536,1048576
             bench . breakdown breakdown
             bench . update update --device cuda --minibatch-sizes 128,512,1024,4096 ;;

@@ -19,7 +19,10 @@ with the CNN of ``configs/gymnax_breakout_ppo.yaml``) the contenders are the env
 torch ``VectorEnv`` over gymnax), the device runner, and gymnax's own rollout: ``rollout_length``
 steps of the vmapped env in one jit-compiled ``lax.scan``, random actions drawn in JAX, as
 PureJaxRL steps its envs (no torch, no policy). Its ratio to the device runner is what stepping a
-JAX env through the runner costs, the policy included.
+JAX env through the runner costs, the policy included. Where this package writes the same env
+(``TWINS``: gymnax's ``Breakout-MinAtar`` and ``GPUBreakout-MinAtar``, step for step the same),
+its env alone and the device runner on it join them: the same env, the same network, stepped by
+this package's kernel instead of through JAX.
 
 A call is one ``sample()`` of ``rollout_length`` steps of every env (one ``step`` for the env
 alone, counted as such).
@@ -45,6 +48,8 @@ ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK, GYMNAX = (
     "gymnax's own rollout (jit + vmap + scan)",
 )
 CARTPOLE = "GPUCartPole-v1"
+TWINS = {"gymnax:Breakout-MinAtar": "GPUBreakout-MinAtar"}  # gymnax's env: this package's, step for step the same
+TWIN_FILES = {"GPUBreakout-MinAtar": "gpu_breakout_minatar_ppo.yaml"}
 
 
 def _config(env: str, device: str):
@@ -55,6 +60,8 @@ def _config(env: str, device: str):
 
     if env == CARTPOLE:
         return cartpole_config(device=device, seed=0)
+    if env in TWIN_FILES:
+        return load_config(config_file(TWIN_FILES[env]), device=device, seed=0).config
     from rllib_gpuenv.jax_env import make_gymnax_env
 
     image = len(make_gymnax_env(env, 1, torch.device("cpu"), {}).single_observation_space.shape) == 3
@@ -158,10 +165,16 @@ def contenders(device: str, rollout_length: int, env: str = CARTPOLE) -> list[tu
     if env != CARTPOLE and not env.startswith("gymnax:"):
         raise ValueError(f"bench sampling --env {env!r}: it times {CARTPOLE} or one of gymnax's envs ('gymnax:<id>')")
     if env != CARTPOLE:
+        twin = TWINS.get(env)
+        mine = [
+            (Contender(twin_name(ENV_ALONE, twin), _ours(twin, "auto", device, reuse_outputs=True), device), 1),
+            (Contender(twin_name(DEVICE, twin), _device_runner(device, rollout_length, env=twin), device), rollout_length),
+        ]
         return [
             (Contender(ENV_ALONE, _gymnax_env_alone(env, device), device), 1),
             (Contender(DEVICE, _device_runner(device, rollout_length, env=env), device), rollout_length),
             (Contender(GYMNAX, _gymnax_rollout(env, device, rollout_length), device), rollout_length),
+            *(mine if twin else []),
         ]
     return [
         (Contender(ENV_ALONE, _ours("GPUCartPole-v1", "auto", device, reuse_outputs=True, validate_actions=False), device), 1),
@@ -219,6 +232,11 @@ def run(
     return rows
 
 
+def twin_name(contender: str, twin: str | None) -> str:
+    """A contender's name for this package's twin of a gymnax env."""
+    return f"{contender}: {twin}"
+
+
 def results_name(env: str) -> str:
     """``sampling`` for CartPole (its recorded name), ``sampling_<env>`` for a gymnax env (``gymnax-Breakout-MinAtar``)."""
     return "sampling" if env == CARTPOLE else f"sampling_{env.replace(':', '-')}"
@@ -232,6 +250,7 @@ def summary(rows: list[dict]) -> str:
     text = "env-steps/s (higher is better)\n" + format_table(
         ["contender"] + [f"n={n:,}" for n in sizes], [[c] + [rate.get((c, n)) for n in sizes] for c in names]
     )
+    twin = next((c for c in names if c.startswith(f"{DEVICE}: ")), None)  # on this package's twin of a gymnax env
     ratios = []
     for n in sizes:
         ours = rate.get((DEVICE, n))
@@ -244,10 +263,11 @@ def summary(rows: list[dict]) -> str:
                 ours / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
                 ours / rate[(STOCK, n)] if (STOCK, n) in rate else None,
                 ours / rate[(GYMNAX, n)] if (GYMNAX, n) in rate else None,
+                rate[(twin, n)] / ours if (twin, n) in rate else None,
             ]
         )
     headers = ["num_envs", "device runner / env alone", "our draw / RLlib's draw", "device runner / stock runner"]
-    headers.append("device runner / gymnax's rollout")
+    headers += ["device runner / gymnax's rollout", "device runner on the twin / on gymnax's env"]
     present = [i for i in range(len(headers)) if i == 0 or any(row[i] is not None for row in ratios)]
     headers, ratios = [headers[i] for i in present], [[row[i] for i in present] for row in ratios]
     return text + "\n\nratios of the device runner's env-steps/s\n" + format_table(headers, ratios)
@@ -272,7 +292,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--env",
         default=CARTPOLE,
-        help="GPUCartPole-v1 (default), or one of gymnax's envs, e.g. gymnax:Breakout-MinAtar (against gymnax's own rollout)",
+        help="GPUCartPole-v1 (default), or one of gymnax's envs, e.g. gymnax:Breakout-MinAtar (against gymnax's own "
+        "rollout, and this package's GPUBreakout-MinAtar)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per size; each point is the median")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="time each point at least this long (over all rounds)")

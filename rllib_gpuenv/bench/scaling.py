@@ -148,10 +148,12 @@ def contenders(env_id: str, with_gpu: bool, reference: str | None = None) -> lis
 
     cores = os.cpu_count() or 1
     numpy_vector = env_id == "GPUCartPole-v1"  # gymnasium has a numpy vector env for CartPole only
-    found = [
-        Contender("gymnasium SyncVectorEnv", _gymnasium(env_id, "sync"), "cpu", max_envs=4096),
-        Contender("gymnasium AsyncVectorEnv", _gymnasium(env_id, "async"), "cpu", max_envs=max(4, 4 * cores)),
-    ]
+    found = []
+    if env_id in GYMNASIUM_IDS:  # not for an env gymnasium does not have (GPUBreakout-MinAtar)
+        found += [
+            Contender("gymnasium SyncVectorEnv", _gymnasium(env_id, "sync"), "cpu", max_envs=4096),
+            Contender("gymnasium AsyncVectorEnv", _gymnasium(env_id, "async"), "cpu", max_envs=max(4, 4 * cores)),
+        ]
     if numpy_vector:
         found += [
             Contender("gymnasium numpy", _gymnasium(env_id, "vector_entry_point"), "cpu", max_envs=1 << 20),
@@ -357,7 +359,7 @@ def add_arguments(parser) -> None:
         nargs="+",
         default=["GPUCartPole-v1"],
         metavar="ID",
-        help="env id(s) of the suite (default: %(default)s); several write scaling_<id>.* each",
+        help="env id(s) of the suite or GPUBreakout-MinAtar (default: %(default)s); several write scaling_<id>.* each",
     )
     parser.add_argument(
         "--load",

@@ -194,6 +194,24 @@ def test_sampling_bench_against_gymnax_s_own_rollout(tmp_path):
         assert (tmp_path / f"sampling_gymnax-CartPole-v1.{kind}").exists()
 
 
+def test_sampling_bench_puts_this_package_s_breakout_beside_gymnax_s(tmp_path, capsys):
+    """``bench sampling --env gymnax:Breakout-MinAtar``: the same env written here
+    (``GPUBreakout-MinAtar``) alone and through the device runner, with its ratio to gymnax's."""
+    rows = sampling.run(
+        [8], rollout_length=2, device="cpu", rounds=1, min_seconds=0.01, out_dir=str(tmp_path), env="gymnax:Breakout-MinAtar"
+    )
+    twin = "GPUBreakout-MinAtar"
+    assert {r["contender"] for r in rows} == {
+        sampling.ENV_ALONE,
+        sampling.DEVICE,
+        sampling.GYMNAX,
+        sampling.twin_name(sampling.ENV_ALONE, twin),
+        sampling.twin_name(sampling.DEVICE, twin),
+    }
+    assert all(r["env_steps_per_s"] > 0 for r in rows)
+    assert "device runner on the twin / on gymnax's env" in capsys.readouterr().out
+
+
 def test_bench_training_races_breakout_against_a_random_policy():
     """``bench training --task breakout-ppo``: the random baseline's curve (the device contender
     is the shipped Breakout file, trained above)."""

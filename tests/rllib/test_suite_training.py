@@ -138,3 +138,20 @@ def test_suite_envs_train_through_the_device_runner(ray_local, env_id):
             assert float(space.low[0]) <= float(received.low) and float(received.high) <= float(space.high[0])
     finally:
         algo.stop()
+
+
+def test_an_env_with_an_array_trains_from_its_shipped_file(ray_local):
+    """GPUBreakout-MinAtar (10x10x4 screens from its array) through the device runner, with the
+    shipped file's CNN at test sizes: real episodes end and are counted."""
+    config = load_config(config_file("gpu_breakout_minatar_ppo.yaml"), device="cpu", seed=0).config
+    config = config.env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=32).training(minibatch_size=256)
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        runners = results[-1]["env_runners"]
+        assert runners["num_env_steps_sampled_lifetime"] == 2 * 16 * 32
+        assert runners["episode_len_mean"] > 0 and runners["episode_return_mean"] >= 0
+        assert algo.env_runner.env.unwrapped.observation_space.shape == (16, 10, 10, 4)
+        assert "CNN" in type(algo.env_runner.module.encoder.actor_encoder).__name__
+    finally:
+        algo.stop()
