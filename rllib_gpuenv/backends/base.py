@@ -12,6 +12,9 @@ class Backend:
     """How the step runs. Subclasses implement ``step``; ``reset`` (a one-off) is shared."""
 
     name: str = ""
+    # An env's array (and an array observation) in memory env by env (``buffers.envs_last``):
+    # what a CPU kernel wants; a GPU kernel and torch want it element by element across envs.
+    envs_first_memory: bool = False
 
     def __init__(self, env: BoundEnv, num_envs: int, device: torch.device, dtype: torch.dtype):
         self.env = env

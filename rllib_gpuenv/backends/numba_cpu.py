@@ -145,12 +145,19 @@ def _new_outputs(like: StepOutputs) -> tuple[StepOutputs, dict[str, np.ndarray]]
     arrays, tensors = {}, []
     for name, t in zip(StepOutputs._fields, like):
         if t.dtype == torch.bool:
-            array = arrays[name] = np.empty(t.shape, np.uint8)
+            array = arrays[name] = _empty_like(t, np.uint8)
             tensors.append(torch.from_numpy(array.view(np.bool_)))
         else:
-            array = arrays[name] = np.empty(t.shape, _NUMPY_DTYPES[t.dtype])
+            array = arrays[name] = _empty_like(t, _NUMPY_DTYPES[t.dtype])
             tensors.append(torch.from_numpy(array))
     return StepOutputs(*tensors), arrays
+
+
+def _empty_like(tensor: torch.Tensor, dtype) -> np.ndarray:
+    """An uninitialised array shaped and laid out in memory as ``tensor`` (an env-by-env array
+    observation stays env by env)."""
+    order = sorted(range(tensor.dim()), key=lambda k: -tensor.stride(k))  # outermost dimension first
+    return np.empty([tensor.shape[k] for k in order], dtype).transpose(np.argsort(order))
 
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32}
@@ -241,6 +248,7 @@ class ThreadTuner:
 
 class NumbaCPUBackend(Backend):
     name = "numba-cpu"
+    envs_first_memory = True
 
     def __init__(self, env: BoundEnv, num_envs: int, device: torch.device, dtype: torch.dtype, num_threads: int | None = None):
         if device.type != "cpu":
@@ -257,7 +265,7 @@ class NumbaCPUBackend(Backend):
         self._tuner = None if num_threads is not None else ThreadTuner(self.num_threads, start=default_num_threads(num_envs))
         self._kernel = kernel_for(env, dtype)
         self._arguments = KernelArguments(self._kernel.py_func)
-        self._outputs = StepOutputs.allocate(env.definition.obs_shape, num_envs, dtype, device)
+        self._outputs = StepOutputs.allocate(env.definition.obs_shape, num_envs, dtype, device, self.envs_first_memory)
         self._out_arrays = {name: _kernel_array(t) for name, t in self._outputs._asdict().items()}
         self._prepared_for = None  # (buffers, constants) the prepared arguments hold
         self._compiled = False

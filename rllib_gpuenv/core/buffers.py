@@ -8,6 +8,16 @@ from typing import NamedTuple
 import torch
 
 
+def envs_last(shape: tuple[int, ...], num_envs: int, dtype: torch.dtype, device: torch.device, envs_first_memory: bool):
+    """A zeroed ``(*shape, N)`` tensor (envs last, as env code indexes it), laid out in memory with
+    each env's ``shape`` block contiguous where ``envs_first_memory`` (a CPU kernel touching one
+    env's array stays in a few cache lines) or element by element across envs (coalesced loads on
+    a GPU, whole-row ops for torch)."""
+    if envs_first_memory:
+        return torch.zeros((num_envs, *shape), dtype=dtype, device=device).movedim(0, -1)
+    return torch.zeros((*shape, num_envs), dtype=dtype, device=device)
+
+
 @dataclass
 class EnvBuffers:
     """All per-environment state of a vector env, as tensors on its device.
@@ -27,7 +37,13 @@ class EnvBuffers:
 
     @classmethod
     def allocate(
-        cls, state_size: int, num_envs: int, dtype: torch.dtype, device: torch.device, array_shape: tuple[int, ...] = ()
+        cls,
+        state_size: int,
+        num_envs: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        array_shape: tuple[int, ...] = (),
+        envs_first_memory: bool = False,
     ) -> EnvBuffers:
         def zeros(*shape, dt):
             return torch.zeros(shape, dtype=dt, device=device)
@@ -38,7 +54,7 @@ class EnvBuffers:
             prev_done=zeros(num_envs, dt=torch.bool),
             episode=zeros(num_envs, dt=torch.int64),
             ep_return=zeros(num_envs, dt=dtype),
-            array=zeros(*array_shape, num_envs, dt=dtype) if array_shape else None,
+            array=envs_last(array_shape, num_envs, dtype, device, envs_first_memory) if array_shape else None,
         )
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -58,12 +74,22 @@ class StepOutputs(NamedTuple):
     final_mask: torch.Tensor  # (N,) bool, an episode ended at this step
 
     @classmethod
-    def allocate(cls, obs_shape: tuple[int, ...], num_envs: int, dtype: torch.dtype, device: torch.device) -> StepOutputs:
+    def allocate(
+        cls,
+        obs_shape: tuple[int, ...],
+        num_envs: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        envs_first_memory: bool = False,
+    ) -> StepOutputs:
+        """``envs_first_memory``: array observations laid out env by env (see ``envs_last``)."""
+
         def empty(*shape, dt):
             return torch.empty(shape, dtype=dt, device=device)
 
+        image = envs_first_memory and len(obs_shape) > 1
         return cls(
-            obs=empty(*obs_shape, num_envs, dt=torch.float32),
+            obs=envs_last(obs_shape, num_envs, torch.float32, device, image),
             reward=empty(num_envs, dt=torch.float32),
             terminated=empty(num_envs, dt=torch.bool),
             truncated=empty(num_envs, dt=torch.bool),

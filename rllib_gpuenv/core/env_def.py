@@ -25,9 +25,9 @@ several grids are channels of one array). ``state`` then ends with it: ``(*numbe
 The same code runs on tensors, where the array is ``(*array_shape, N)`` (every env's at once,
 envs last, so that a constant index ``array[9, 4, 0]`` is every env's element), and in kernels,
 where it is the env's own ``array_shape`` view. Per-env positions read and write it through
-``ops.get(array, (y, x, c))`` and ``array = ops.put(array, (y, x, c), value)``: ``put`` returns a
-new tensor on tensors and writes the env's array in place in kernels, so ``step`` must use what it
-returns and may not read the old array after a ``put``. Loops need bounds that are the same for
+``ops.get(array, (y, x, c))`` and ``array = ops.put(array, (y, x, c), value)``: ``put`` writes in
+place (on tensors, into a copy the core gives ``step``) and returns the array, so ``step`` reads as
+a pure function does. Loops need bounds that are the same for
 every env (``for c in range(10)``). An env whose ``obs_size`` is a shape (``(10, 10, 4)``)
 observes an array: ``observe`` returns its array or a part of it with constant indices
 (``array[:, :, :4]``); the core copies it out. A function that returns an array other than an

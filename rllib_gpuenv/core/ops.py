@@ -22,9 +22,9 @@ both, as Python and numpy do). What is spelled differently on the two is here:
 * ``get(array, index)`` and ``put(array, index, value)``: one element of an env's own array
   (``EnvDef.array_shape``) at a per-env ``index`` (a tuple of integers). On tensors the array
   is ``(*array_shape, N)`` and each env reads and writes its own element; in kernels it is the
-  env's ``array_shape`` view. ``put`` returns the array with the element set: write
-  ``grid = put(grid, (y, x), 1.0)``. (A constant index needs neither: ``grid[0, 3]`` reads the
-  same on both.)
+  env's ``array_shape`` view. ``put`` writes the element in place on both (the core hands
+  ``step`` an array of its own) and returns the array: write ``grid = put(grid, (y, x), 1.0)``.
+  (A constant index needs no ``get``: ``grid[0, 3]`` reads the same on both.)
 """
 
 from __future__ import annotations
@@ -254,8 +254,8 @@ def _numba_put(array, index, value):
 
 @jitable(numba_body=_numba_put)
 def put(array, index, value):
-    """The array with element ``index`` of each env set to ``value``: a new tensor on tensors,
-    the env's own array written in place in kernels (so use what it returns, and only that)."""
-    position = _batch_index(array, index)
+    """Element ``index`` of each env's array set to ``value``, in place; the array returned (use
+    that one: a step's code reads as pure functions do, and runs as one env's in-place writes)."""
+    position = tuple(torch.as_tensor(i, device=array.device) for i in _batch_index(array, index))
     value = torch.as_tensor(value, dtype=array.dtype, device=array.device).expand(array.shape[-1])
-    return array.index_put(tuple(torch.as_tensor(i, device=array.device) for i in position), value)
+    return array.index_put_(position, value)

@@ -201,7 +201,7 @@ class BoundEnv:
             ("advance", d.id, self.params),
             lambda: bind(
                 advance,
-                ENV_STEP=d.step,
+                ENV_STEP=_on_own_array(d.step) if self.has_array else d.step,
                 ENV_OBSERVE=d.observe,
                 PARAMS=self.params,
                 SELECT_STATE=tuples.select_each(d.state_size + self.has_array),
@@ -293,6 +293,16 @@ class BoundEnv:
                 return None
         slug = "".join(c if c.isalnum() else "_" for c in self.definition.id)
         return f"{kernel}__{slug}__{str(dtype).replace('torch.', '')}__{digest.hexdigest()[:16]}"
+
+
+def _on_own_array(step: Callable) -> Callable:
+    """Tensors: ``step`` given a copy of the array to write in place (``ops.put``), so that
+    ``advance`` still holds the array as it was for the envs that reset instead of stepping."""
+
+    def step_on_a_copy(state, action, p):
+        return step((*state[:-1], state[-1].clone()), action, p)
+
+    return step_on_a_copy
 
 
 _BOUND: dict = {}

@@ -180,7 +180,9 @@ class GPUVectorEnv(VectorEnv):
             backend, self._bound, self.num_envs, self.device, self.dtype, threads_per_block, num_threads
         )
         self.backend = self._backend.name
-        self._buffers = EnvBuffers.allocate(d.state_size, self.num_envs, self.dtype, self.device, d.array_shape)
+        self._buffers = EnvBuffers.allocate(
+            d.state_size, self.num_envs, self.dtype, self.device, d.array_shape, self._backend.envs_first_memory
+        )
         self._seed32: int | None = None
         self._constants: StepConstants | None = None
         self._last_action: torch.Tensor | None = None
