@@ -143,11 +143,11 @@ def test_device_dqn_trains_from_the_command_line_with_its_tuned_defaults(tmp_pat
 
 
 def test_old_tuned_example_files(tmp_path):
-    """Old-format files of PPO, DQN and an IMPALA grid search run an iteration each, in one
-    `rllib train` (-f, -v: each trial's config printed). The APPO and Pendulum PPO files are
-    translated and checked the same way without Ray (test_experiment_files.py); running them
-    would start RLlib's own algorithms again at a minute's cost."""
-    files = [os.path.join(OLD_EXPERIMENTS, f"{name}.yaml") for name in ("cartpole-dqn", "cartpole-impala", "cartpole-ppo")]
+    """Old-format files of PPO and DQN run an iteration each, in one `rllib train` (-f, -v: each
+    trial's config printed). The APPO, IMPALA and Pendulum PPO files are translated and checked
+    by RLlib's validate() without Ray (test_experiment_files.py); running them would start
+    RLlib's own algorithms again at a minute's cost (IMPALA's grid search: two trials)."""
+    files = [os.path.join(OLD_EXPERIMENTS, f"{name}.yaml") for name in ("cartpole-dqn", "cartpole-ppo")]
     args = [a for f in files for a in ("-f", f)]
     out = rllib(
         "train",
@@ -160,10 +160,10 @@ def test_old_tuned_example_files(tmp_path):
         "--storage-path",
         str(tmp_path),
         "--ray-num-cpus",
-        "8",  # more than the 2 cores: the four trials start together, overlapping their actors' start-up (79 s -> 58 s)
+        "8",  # more than the 2 cores: the trials start together, overlapping their actors' start-up
     )
     assert out.returncode == 0, out.stderr[-5000:]
-    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1, "cartpole-impala": 2}
+    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1}
     for name, trials in expected_trials.items():
         progress = trial_progress(tmp_path / name)
         assert len(progress) == trials and all(len(rows) == 1 for rows in progress), name
@@ -183,7 +183,7 @@ def test_old_tuned_example_files(tmp_path):
         )
         == 1
     )
-    assert out.stdout.count(" config:\n") == 4  # -v: one config per trial
+    assert out.stdout.count(" config:\n") == sum(expected_trials.values())  # -v: one config per trial
     for path in files:
         for experiment in load_experiments(path):
             assert_every_reported_metric_is_a_known_stop_metric(tmp_path / experiment.name, experiment.config)
