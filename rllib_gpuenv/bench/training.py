@@ -289,6 +289,7 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
     import stable_baselines3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
 
     def linear(start: float):
         return lambda progress: progress * start
@@ -315,6 +316,7 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
     env = make_vec_env(setup.env, n_envs=setup.n_envs, seed=seed)
     hyperparameters = {k: linear(v) if k in setup.linear else v for k, v in setup.hyperparameters.items()}
     model = getattr(stable_baselines3, setup.algo)("MlpPolicy", env, seed=seed, device="cpu", **hyperparameters)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes a /tmp/SB3-<date> folder per run
     build_s = time.perf_counter() - start
     callback = Curve()
     model.learn(total_timesteps=setup.total_timesteps, callback=callback)

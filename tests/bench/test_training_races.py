@@ -83,10 +83,15 @@ def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp
     assert all(p[1] % 48 == 0 for p in device["curve"])  # rounds of the file's 12 envs x 4 steps
 
 
-def test_sb3_goes_on_past_rl_zoos_steps_until_the_target():
+def test_sb3_goes_on_past_rl_zoos_steps_until_the_target(tmp_path, monkeypatch):
     """RL-Zoo's DQN budget (50k CartPole steps) holds at most 100 episodes, so its last-100 mean
-    cannot reach 475 inside it: SB3 then trains on (here: 8 steps end before any episode does)."""
+    cannot reach 475 inside it: SB3 then trains on (here: 8 steps end before any episode does).
+    Nothing is left in the temporary folder (SB3's default logger makes an SB3-<date> folder)."""
+    import tempfile
+
     from rllib_gpuenv.bench.training import SB3Setup, _sb3_curve
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     setup = SB3Setup(
         "DQN", "CartPole-v1", n_envs=1, total_timesteps=8, hyperparameters=dict(learning_starts=1000, train_freq=4)
@@ -95,6 +100,7 @@ def test_sb3_goes_on_past_rl_zoos_steps_until_the_target():
     seconds, steps, mean = run["curve"][-1]
     assert steps > 8 and mean >= 5.0
     assert [p[0] for p in run["curve"]] == sorted(p[0] for p in run["curve"])  # one clock across the learn() calls
+    assert not list(tmp_path.glob("SB3-*"))
 
 
 def test_training_refuses_a_contender_the_task_lacks(tmp_path):
