@@ -166,8 +166,9 @@ def contenders(device: str, rollout_length: int, env: str = CARTPOLE) -> list[tu
         raise ValueError(f"bench sampling --env {env!r}: it times {CARTPOLE} or one of gymnax's envs ('gymnax:<id>')")
     if env != CARTPOLE:
         twin = TWINS.get(env)
+        alone = _ours(twin, "auto", device, reuse_outputs=True, validate_actions=False)  # as the runner steps it
         mine = [
-            (Contender(twin_name(ENV_ALONE, twin), _ours(twin, "auto", device, reuse_outputs=True), device), 1),
+            (Contender(twin_name(ENV_ALONE, twin), alone, device), 1),
             (Contender(twin_name(DEVICE, twin), _device_runner(device, rollout_length, env=twin), device), rollout_length),
         ]
         return [

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import math
 
 import numpy as np
@@ -231,9 +232,15 @@ def to_int(x):
     return x.long() if isinstance(x, torch.Tensor) else int(x)
 
 
+@functools.lru_cache(maxsize=16)
+def _env_numbers(num_envs: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(num_envs, device=device)
+
+
 def _batch_index(array: torch.Tensor, index: tuple) -> tuple:
-    """``index`` for ``(*shape, N)`` tensors: per-env positions as int64, then each env's own column."""
-    envs = torch.arange(array.shape[-1], device=array.device)
+    """``index`` for ``(*shape, N)`` tensors: per-env positions as int64 (constant ones stay Python
+    integers: no tensor to copy to a GPU), then each env's own column."""
+    envs = _env_numbers(array.shape[-1], array.device)
     return (*(i.long() if isinstance(i, torch.Tensor) else int(i) for i in index), envs)
 
 
@@ -256,6 +263,9 @@ def _numba_put(array, index, value):
 def put(array, index, value):
     """Element ``index`` of each env's array set to ``value``, in place; the array returned (use
     that one: a step's code reads as pure functions do, and runs as one env's in-place writes)."""
-    position = tuple(torch.as_tensor(i, device=array.device) for i in _batch_index(array, index))
-    value = torch.as_tensor(value, dtype=array.dtype, device=array.device).expand(array.shape[-1])
-    return array.index_put_(position, value)
+    if isinstance(value, torch.Tensor):
+        value = value.to(array.dtype)
+    else:  # filled on the device: a number made a tensor on the host would be copied over, and wait
+        value = torch.full((), value, dtype=array.dtype, device=array.device)
+    array[_batch_index(array, index)] = value
+    return array

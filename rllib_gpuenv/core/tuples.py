@@ -5,7 +5,7 @@ which numba compiles to plain registers. Building a tuple of a size known only a
 time has no spelling in numba's Python subset, so these few helpers are written out for each
 size from a template, e.g. for size 2::
 
-    def load_column(array, i):       return (array[0, i], array[1, i])
+    def load_state(state, array, i): return (state[0, i], state[1, i])  # then array[:, i] with an array
     def store_column(array, i, v):   array[0, i] = v[0]; array[1, i] = v[1]
     def load_row(array, i):          return (to_float(array[i, 0]), to_float(array[i, 1]))
     def select_each(c, a, b):        return (select(c, a[0], b[0]), select(c, a[1], b[1]))
@@ -13,7 +13,7 @@ size from a template, e.g. for size 2::
 They are ``@jitable``: numba inlines them, and ``select_each`` runs on tensors as well.
 
 Envs with an array of their own (``EnvDef.array_shape``) keep it in a ``(*array_shape, N)``
-buffer; kernels hand each env its view ``array[:, :, i]`` (``load_state``), clear it at a reset
+buffer; kernels hand each env its view ``array[:, :, i]`` (``load_state`` ends with it), clear it at a reset
 (``clear_column``) and copy an array observation into the ``(*obs_shape, N)`` output
 (``store_array_column``), with one loop per dimension.
 """
@@ -35,12 +35,6 @@ def _make(name: str, args: str, body: str, size: int):
 
 def _tuple(items: list[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-@functools.cache
-def load_column(size: int):
-    """``(array[0, i], ..., array[size - 1, i])``: env ``i`` of a structure-of-arrays buffer."""
-    return _make("load_column", "array, i", "return " + _tuple([f"array[{k}, i]" for k in range(size)]), size)
 
 
 @functools.cache

@@ -209,5 +209,23 @@ def test_a_users_array_env_runs_on_every_cpu_backend_and_reports_bad_definitions
     assert torch.equal(*[r[0] for r in results.values()]) and torch.allclose(results["torch"][0], torch.tensor(5.2))
     assert results["torch"][1].all() and results["numba-cpu"][1].all()  # the 6th cell ends it
 
+    # An observation that is part of the array (constant indices): the first 3 cells of the strip.
+    partial = EnvDef(
+        **{
+            **definition.__dict__,
+            "id": "PaintStripLeft-v0",
+            "obs_size": (3,),
+            "observe": jitable(returns_array=True)(lambda state, p: state[-1][:3]),
+        }
+    )
+    seen = {}
+    for backend in ("torch", "numba-cpu"):
+        env = make_vector_env(partial, 2, backend=backend)
+        first, _ = env.reset(seed=0)
+        steps = [env.step(torch.full((2,), 0))[0] for _ in range(2)]  # left twice: cells 1 and 0 painted
+        seen[backend] = torch.stack([first, *steps])
+    assert torch.equal(seen["torch"], seen["numba-cpu"])
+    assert seen["torch"][:, 0].tolist() == [[0, 0, 0], [0, 1, 0], [1, 1, 0]]
+
     with pytest.raises(ValueError, match="array_shape must be positive integers"):
         EnvDef(**{**definition.__dict__, "array_shape": (0, 3)})
