@@ -14,8 +14,9 @@ from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQ
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchDiagGaussian
 
-from rllib_gpuenv import ENV_DEFS, make_vector_env
+from rllib_gpuenv import make_vector_env
 from rllib_gpuenv.core import ops
+from rllib_gpuenv.envs import SHIPPED_DEFS
 from rllib_gpuenv.experiments import load_config
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.rllib import DeviceEnvRunner, action_sampling
@@ -43,7 +44,7 @@ def test_the_counter_sees_torchs_samplers_read_back():
     assert item.total == 1
 
 
-@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+@pytest.mark.parametrize("env_id", list(SHIPPED_DEFS))
 def test_an_env_step_reads_nothing_back(env_id, gpu_code_paths):
     """As the device runner drives an env (torch backend: the ops it runs on a GPU)."""
     env = make_vector_env(env_id, 16, backend="torch", device="cpu", reuse_outputs=True, validate_actions=False)
