@@ -265,7 +265,7 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
     clock = PhaseClock(runner._device)
     clock.wrap(runner, "sample", "sampling")
     clock.wrap(runner, "get_metrics", "sampling")
-    clock.wrap(algo.env_runner_group, "sync_weights", "sync")
+    clock.wrap(algo, "sync_runner_weights", "sync")
     if is_ppo:
         clock.wrap(algo, "update_learners", "update")
     else:  # the learner's round: n-step transitions and its replay buffer (training data), then its update

@@ -15,6 +15,7 @@ on import: a user's own script keeps every message.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 NOTICES = {
@@ -46,3 +47,12 @@ def quiet_start() -> None:
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropNotice) for f in target.filters):
             target.addFilter(_DropNotice(text))
+
+
+def without_rllib_jax_import() -> None:
+    """RLlib's utilities import JAX and flax wherever they are installed (0.5 s of every command's
+    start) for the old API stack's JAX models, which nothing here uses (a gymnax env imports JAX
+    itself). Call before the first import of ``ray.rllib``; a user's own setting wins, and the
+    notice RLlib logs for it is dropped."""
+    os.environ.setdefault("RLLIB_TEST_NO_JAX_IMPORT", "1")
+    logging.getLogger("ray.rllib.utils.framework").addFilter(_DropNotice("Not importing JAX for test purposes"))

@@ -22,6 +22,7 @@ from rllib_gpuenv.cli.errors import StopAfterThisIteration
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
+from rllib_gpuenv.rllib.in_process import builds_without_ray
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +91,7 @@ class StartupTimes:
     started), then each step named by ``done``."""
 
     def __init__(self):
-        import psutil
-
-        self.parts = [("Python and imports", time.time() - psutil.Process().create_time())]
+        self.parts = [("Python and imports", _seconds_since_process_start())]
         self._last = time.perf_counter()
 
     def done(self, part: str) -> None:
@@ -103,6 +102,19 @@ class StartupTimes:
     def summary(self) -> str:
         total = sum(seconds for _, seconds in self.parts)
         return f"ready after {total:.1f} s: " + ", ".join(f"{part} {seconds:.1f} s" for part, seconds in self.parts)
+
+
+def _seconds_since_process_start() -> float:
+    """To the clock tick on Linux (psutil's start time is off by up to a second there: it counts
+    from the boot time in whole seconds)."""
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError):
+        import psutil
+
+        return time.time() - psutil.Process().create_time()
 
 
 def _stop_reached(result: dict, stop: dict) -> bool:
@@ -174,8 +186,9 @@ def train(
 
     startup = StartupTimes()
     ray_was_running = ray.is_initialized()
-    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
-    startup.done("starting Ray")
+    if resume is not None or not builds_without_ray(config):  # remote runners or learners: they need Ray
+        ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        startup.done("starting Ray")
     if resume is not None:
         from ray.rllib.algorithms.algorithm import Algorithm
 

@@ -61,6 +61,7 @@ from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.checkpointing import ResumesExactly
 from rllib_gpuenv.rllib.colocated import ColocatedEnvs, LearnerCalls
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
+from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
 from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
@@ -301,7 +302,7 @@ def n_step_transitions(rollout: Rollout, n: int, gamma: float) -> dict[str, torc
     }
 
 
-class DeviceDQN(LearnerCalls, ResumesExactly, ChecksResources, DQN):
+class DeviceDQN(LearnerCalls, ResumesExactly, ChecksResources, InProcess, DQN):
     """RLlib DQN whose training step consumes device rollouts through replay buffers on the learners' devices."""
 
     @classmethod
@@ -341,7 +342,7 @@ class DeviceDQN(LearnerCalls, ResumesExactly, ChecksResources, DQN):
         self.metrics.aggregate([results for _, results, _ in answers], key=LEARNER_RESULTS)
         if not colocated:
             with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-                self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+                self.sync_runner_weights()
 
     def _shares(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
         """Each learner's share of the env runners': all of them for the local learner, whole envs'

@@ -31,6 +31,7 @@ from ray.rllib.utils.metrics import (
 from rllib_gpuenv.rllib.checkpointing import ResumesExactly
 from rllib_gpuenv.rllib.colocated import LearnerCalls
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
+from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.learner import rollout_batch
 from rllib_gpuenv.rllib.resources import ChecksResources
 from rllib_gpuenv.rllib.rollout import Rollout
@@ -97,7 +98,7 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
             )
 
 
-class DevicePPO(LearnerCalls, ResumesExactly, ChecksResources, PPO):
+class DevicePPO(LearnerCalls, ResumesExactly, ChecksResources, InProcess, PPO):
     """RLlib PPO whose training step consumes device rollouts: the env runners', or with
     colocated learners each learner's own."""
 
@@ -119,7 +120,7 @@ class DevicePPO(LearnerCalls, ResumesExactly, ChecksResources, PPO):
             self.metrics.aggregate(self.update_learners(rollout), key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+            self.sync_runner_weights()
 
     def _colocated_step(self) -> None:
         """Every learner samples its envs and updates on them at once (sampling and update are one timer here)."""

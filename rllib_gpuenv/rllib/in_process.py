@@ -1,0 +1,74 @@
+"""An algorithm whose env runner and learner both live in this process needs no Ray cluster.
+
+RLlib's ``EnvRunnerGroup`` puts its config into Ray's object store as it is created, for the
+remote env runners it may start, even when there are none (``num_env_runners=0``). That one
+``ray.put`` makes Ray start a local cluster (~3 s on a 2-core CPU, ~1.5 s more to shut it down)
+for a main job that never schedules a Ray task. ``InProcess`` builds such an algorithm with the
+config itself standing in for that object reference, which is all a remote runner created later
+would need (Ray passes a value to an actor's constructor as well as a reference to it). Anything
+else that does call Ray (remote learners, an offline dataset, a later ``add_workers``) still
+starts Ray the usual way, by Ray's auto-init.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+
+def builds_without_ray(config) -> bool:
+    """True when building ``config``'s algorithm here schedules nothing on Ray: no remote env
+    runners or learners, no remote evaluation runners, and no Ray already running (then it is used)."""
+    import ray
+
+    remote_evaluation = bool(config.evaluation_interval) and (config.evaluation_num_env_runners or 0) > 0
+    return not (ray.is_initialized() or config.num_env_runners or config.num_learners or remote_evaluation)
+
+
+@contextlib.contextmanager
+def config_in_place_of_object_store():
+    """While active, RLlib's env-runner groups keep their config as a value, not in Ray's object store."""
+    import ray
+    from ray.rllib.env import env_runner_group
+
+    env_runner_group.ray = _RayKeepingValues()
+    try:
+        yield
+    finally:
+        env_runner_group.ray = ray
+
+
+class _RayKeepingValues:
+    """Ray, except that ``put`` hands back the value it is given."""
+
+    @staticmethod
+    def put(value, **_):
+        return value
+
+    def __getattr__(self, name: str):
+        import ray
+
+        return getattr(ray, name)
+
+
+class InProcess:
+    """Mixin for an ``Algorithm``: set up without starting Ray when ``builds_without_ray``, and
+    hand the learner's weights to a runner in this process without Ray's object store."""
+
+    def setup(self, config) -> None:
+        with config_in_place_of_object_store() if builds_without_ray(config) else contextlib.nullcontext():
+            super().setup(config)
+
+    def sync_runner_weights(self) -> None:
+        """The learner's inference weights to the env runners. RLlib's ``sync_weights`` puts them
+        into Ray's object store on every call, for remote runners, even when the only runner is the
+        local one; then they go straight to it, as RLlib hands them to a local runner."""
+        group = self.env_runner_group
+        if group.num_remote_workers() or group.local_env_runner is None or not self.learner_group.is_local:
+            group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+            return
+        state = self.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
+        learner_state = state[COMPONENT_LEARNER]
+        group.local_env_runner.set_state({key: learner_state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)})
