@@ -146,7 +146,15 @@ class CheckDeviceEnv(VectorWrapper):
         return result
 
 
-MODULE_METHODS = ("forward_inference", "forward_exploration", "forward_train", "compute_values")
+# RLlib's forward methods, and the hooks behind the two that act (the device env runner calls those)
+MODULE_METHODS = (
+    "forward_inference",
+    "forward_exploration",
+    "forward_train",
+    "compute_values",
+    "_forward_inference",
+    "_forward_exploration",
+)
 
 
 def _checked(method: Callable, device: torch.device, name: str) -> Callable:

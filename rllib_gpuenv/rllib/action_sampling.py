@@ -14,6 +14,10 @@ distributions, with only ops that queue work and read nothing back:
   exponentials, so this picks the very actions RLlib's draw picks, without the checks;
 - a Gaussian sample is ``loc + scale * eps`` with ``eps ~ N(0, 1)``, which is ``rsample``;
 - a uniform choice among allowed actions is the Gumbel-max over the log of the mask.
+
+``draw`` also skips, for a categorical, the distribution objects RLlib and torch build around
+the logits (torch's checks its arguments): on a CPU they cost about as much as the small
+network that computes the logits, every step of a rollout.
 """
 
 from __future__ import annotations
@@ -43,3 +47,20 @@ def sample(dist) -> torch.Tensor:
     if type(dist) is TorchDiagGaussian:
         return dist.rsample()
     return dist.sample()
+
+
+def draw(dist_cls, dist_inputs: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Actions from a module's action-distribution inputs, and their log-probabilities when
+    exploring (else None): a sample, or the distribution's deterministic action. A categorical's
+    are computed from the logits directly (``categorical``, argmax, ``log_softmax``), any other
+    distribution's through RLlib's class."""
+    if dist_cls is TorchCategorical:
+        if not explore:
+            return dist_inputs.argmax(dim=-1), None
+        actions = categorical(dist_inputs)
+        return actions, torch.log_softmax(dist_inputs, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    dist = dist_cls.from_logits(dist_inputs)
+    if not explore:
+        dist = dist.to_deterministic()
+    actions = sample(dist)
+    return actions, dist.logp(actions) if explore else None

@@ -90,6 +90,21 @@ def test_categorical_draws_are_rllibs_own_from_the_same_random_numbers():
     assert torch.equal(ours, rllib) and not (ours == 2).any()
 
 
+@pytest.mark.parametrize("cls", [TorchCategorical, TorchDiagGaussian])
+def test_draw_gives_rllibs_actions_and_log_probabilities(cls):
+    """The runner's draw: a categorical's straight from the logits, any other through RLlib's class."""
+    inputs = torch.randn(20_000, 4) * 3
+    torch.manual_seed(2)
+    dist = cls.from_logits(inputs)
+    rllib_actions = action_sampling.sample(dist)
+    torch.manual_seed(2)
+    actions, logp = action_sampling.draw(cls, inputs, explore=True)
+    assert torch.equal(actions, rllib_actions)
+    torch.testing.assert_close(logp, dist.logp(actions), rtol=1e-5, atol=1e-5)
+    greedy, none = action_sampling.draw(cls, inputs, explore=False)
+    assert none is None and torch.equal(greedy, dist.to_deterministic().sample())
+
+
 def test_gaussian_draws_are_rllibs_own_from_the_same_random_numbers():
     loc, scale = torch.randn(10_000, 2), torch.rand(10_000, 2) + 0.1
     torch.manual_seed(1)
