@@ -24,7 +24,7 @@ Tasks (``--task``):
   baseline (at most ``RANDOM_BUDGET_S`` seconds: it learns nothing).
 
 Every run happens in a fresh process, one after the other on the same machine, and records
-(seconds, env steps, mean return) after each iteration. The return criterion is the same for
+(seconds, env steps, mean return, gradient steps) after each iteration. The return criterion is the same for
 all: the mean return of the last 100 episodes (the device env runner's ``episode_return_mean``;
 for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
 ``ep_info_buffer``). Time to target counts training only; building the algorithm is reported
@@ -222,14 +222,19 @@ def _rllib_curve(
     (experiment,) = load_experiments(path)
     config = experiment.config.debugging(seed=seed)
     apply_config(config, {**task.overrides.get(contender, {}), **overrides}, "overrides")
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)  # its own Ray
+    from rllib_gpuenv.rllib.in_process import InProcess, builds_without_ray
+
+    # Its own Ray, unless (as in the main job) the algorithm needs none: a device algorithm
+    # whose runner and learner are both in this process.
+    if not (issubclass(config.algo_class, InProcess) and builds_without_ray(config)):
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     start = time.perf_counter()
     algo = config.build_algo()
     build_s = time.perf_counter() - start
     # The device env runner reports the mean of its last 100 episodes itself; RLlib's stock
     # runner reports the mean of the iteration's episodes, from which the window is rebuilt.
     windowed = isinstance(algo.env_runner, DeviceEnvRunner) and config.metrics_num_episodes_for_smoothing == LAST_EPISODES
-    curve, recent, start = [], collections.deque(), time.perf_counter()
+    curve, recent, gradient_steps, start = [], collections.deque(), 0, time.perf_counter()
     try:
         while True:
             result = algo.train()
@@ -238,7 +243,8 @@ def _rllib_curve(
             if runners.get("num_episodes", 0):
                 recent.appendleft((float(runners["episode_return_mean"]), int(runners["num_episodes"])))
             mean = float(runners.get("episode_return_mean", math.nan)) if windowed else _last_episodes_mean(recent)
-            curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), mean))
+            gradient_steps += _gradient_steps(result)
+            curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), mean, gradient_steps))
             if curve[-1][2] >= target or elapsed >= budget_s:
                 break
         sampling = _rllib_sampling_rate(algo)
@@ -246,6 +252,17 @@ def _rllib_curve(
         algo.stop()
         ray.shutdown()
     return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": sampling, "config_file": path}
+
+
+def _gradient_steps(result: dict) -> int:
+    """The iteration's gradient steps, from what every RLlib learner logs per module: the rows it
+    trained on and their mean per minibatch (0 where it did not learn)."""
+    steps = 0
+    for module, metrics in result.get("learners", {}).items():
+        rows, size = metrics.get("num_module_steps_trained"), metrics.get("module_train_batch_size_mean")
+        if module != "__all_modules__" and rows and size:
+            steps += round(rows / size)
+    return steps
 
 
 def _last_episodes_mean(recent, n: int = LAST_EPISODES) -> float:
@@ -309,8 +326,15 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
         def _on_rollout_end(self) -> None:
             buffer = self.model.ep_info_buffer  # the last 100 episodes (SB3's stats_window_size)
             mean = statistics.fmean(float(e["r"]) for e in buffer) if buffer else float("nan")
-            self.curve.append((time.perf_counter() - self.start, self.num_timesteps, mean))
+            self.curve.append((time.perf_counter() - self.start, self.num_timesteps, mean, self._gradient_steps()))
             self.done = mean >= target or self.curve[-1][0] >= budget_s
+
+        def _gradient_steps(self) -> int:
+            # SB3's PPO counts epochs in ``_n_updates``, each of ceil(rollout / batch_size) minibatches; DQN counts steps
+            model = self.model
+            if setup.algo != "PPO":
+                return model._n_updates
+            return model._n_updates * math.ceil(model.n_steps * model.n_envs / model.batch_size)
 
     start = time.perf_counter()
     env = make_vec_env(setup.env, n_envs=setup.n_envs, seed=seed)
@@ -361,7 +385,7 @@ def _random_curve(task: Task, seed: int, target: float, budget_s: float) -> dict
             recent.extend(returns[done].tolist())
             returns[done] = 0.0
         steps += n * rollout_length
-        curve.append((time.perf_counter() - start, steps, statistics.fmean(recent) if recent else math.nan))
+        curve.append((time.perf_counter() - start, steps, statistics.fmean(recent) if recent else math.nan, 0))
     return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": steps / curve[-1][0]}
 
 
@@ -455,6 +479,9 @@ def summarise(runs: list[dict], target: float, task: Task = TASKS[DEFAULT_TASK])
                 # most seeds missed.
                 "median_time_to_target_s": _median_with_misses(mine, "time_to_target_s"),
                 "median_steps_to_target": _median_with_misses(mine, "steps_to_target"),
+                "median_gradient_steps_to_target": _median_with_misses(
+                    [{"g": r.get("gradient_steps_to_target")} for r in mine], "g"
+                ),
                 # Instability: the lowest return after first reaching halfway to the target, per seed.
                 "median_lowest_after_half": _median(lowest),
                 "worst_lowest_after_half": min(lowest, default=None),
@@ -480,6 +507,7 @@ def _run_row(contender: str, seed: int, budget_s: float, target: float, halfway:
         "build_s": result["build_s"],
         "time_to_target_s": hit[0] if hit else None,
         "steps_to_target": hit[1] if hit else None,
+        "gradient_steps_to_target": hit[3] if hit and len(hit) > 3 else None,  # runs recorded before it: none
         "lowest_after_half": lowest_after_half(curve, halfway),
         "final_return": curve[-1][2] if curve else float("nan"),
         "env_steps_per_s": steps / seconds if seconds else 0.0,
@@ -554,6 +582,7 @@ def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TAS
         "reached",
         f"median s to {target:g}",
         f"median env steps to {target:g}",
+        f"median gradient steps to {target:g}",
         f"lowest return after {half}: median (worst seed)",
         "final return (best seed)",
         "peak return",
@@ -567,6 +596,7 @@ def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TAS
             r["reached"],
             r["median_time_to_target_s"],
             r["median_steps_to_target"],
+            r.get("median_gradient_steps_to_target"),
             _instability(r),
             r["best_return"],
             r.get("peak_return"),
@@ -617,7 +647,7 @@ def plot_curves(runs: list[dict], target: float, out_dir: str, task: Task = TASK
     colors = dict(zip(task.contenders, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     labelled = set()
     for r in runs:
-        xs_t, xs_s, ys = zip(*r["curve"]) if r["curve"] else ((), (), ())
+        xs_t, xs_s, ys = zip(*(point[:3] for point in r["curve"])) if r["curve"] else ((), (), ())
         label = None if r["contender"] in labelled else task.contenders[r["contender"]]
         labelled.add(r["contender"])
         axes[0].plot(xs_t, ys, color=colors[r["contender"]], label=label, alpha=0.8)

@@ -17,8 +17,14 @@ def test_training_curves(tmp_path):
     out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "10")
     assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
     assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
+    assert "median gradient steps to 25" in out.stdout
     result = outputs(tmp_path, "training")
     assert [r["contender"] for r in result["rows"]] == contenders
+    device, sb3 = result["meta"]["curves"]
+    # gradient steps so far at each point: the device file's 4 epochs x 4 minibatches per 2,048 env steps,
+    # SB3's 20 epochs of one 256-step minibatch per rollout (counted before the rollout's own update)
+    assert [p[3] for p in device["curve"]] == [16 * p[1] // 2048 for p in device["curve"]]
+    assert [p[3] for p in sb3["curve"]] == [20 * (p[1] // 256 - 1) for p in sb3["curve"]]
     assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
     for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
         half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
@@ -97,7 +103,7 @@ def test_sb3_goes_on_past_rl_zoos_steps_until_the_target(tmp_path, monkeypatch):
         "DQN", "CartPole-v1", n_envs=1, total_timesteps=8, hyperparameters=dict(learning_starts=1000, train_freq=4)
     )
     run = _sb3_curve(setup, seed=0, target=5.0, budget_s=600.0)
-    seconds, steps, mean = run["curve"][-1]
+    seconds, steps, mean, _ = run["curve"][-1]
     assert steps > 8 and mean >= 5.0
     assert [p[0] for p in run["curve"]] == sorted(p[0] for p in run["curve"])  # one clock across the learn() calls
     assert not list(tmp_path.glob("SB3-*"))
