@@ -201,4 +201,4 @@ def test_algo_and_env_start_from_the_shipped_settings_for_that_pair():
     stock = inline_experiment("PPO", "GPUCartPole-v1", None, {"training_iteration": 1})
     assert stock.config.lr == PPOConfig().lr
     cartpole = inline_experiment("DevicePPO", "GPUCartPole-v1", None, {"training_iteration": 1})
-    assert cartpole.config.num_envs_per_env_runner == 128  # gpu_cartpole_ppo.yaml, not the GPU-sized file
+    assert cartpole.config.num_envs_per_env_runner == 32  # gpu_cartpole_ppo.yaml, not the GPU-sized file
