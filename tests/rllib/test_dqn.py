@@ -80,14 +80,18 @@ def test_the_target_network_follows_env_steps_sampled():
         algo.stop()
 
 
-@pytest.mark.parametrize("with_buffer", [False, True])
-def test_remote_runners_train_and_checkpoints_restore(tmp_path, with_buffer):
+@pytest.mark.parametrize("with_buffer, remote_runners", [(True, 2), (False, 0)])
+def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_runners):
+    """With the buffer, through 2 remote runners; without it, through the local runner with as many
+    envs (what a checkpoint restores does not depend on where the runners are)."""
     config = small_config(target_network_update_freq=256)
     config.device_replay(checkpoint_replay_buffer=with_buffer)
+    if not remote_runners:
+        config.env_runners(num_env_runners=0, num_envs_per_env_runner=16)
     algo = config.build_algo()
     try:
         results = [algo.train() for _ in range(3)]
-        assert [steps_sampled(r) for r in results] == [128, 256, 384]  # both remote runners' rollouts
+        assert [steps_sampled(r) for r in results] == [128, 256, 384]  # 16 envs x 8 steps a round, on 2 runners or 1
         trained = results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"]
         assert trained > 0
         buffer = algo.learner_group._learner._replay
