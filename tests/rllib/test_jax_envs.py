@@ -3,14 +3,14 @@ CPU, gymnax, gymnasium and Ray: the same CartPole equations as the suite's, SAME
 with the real final observation and the time limit as a truncation, arrays shared with torch
 (no copy, no host numpy), seeds and params, PPO (the shipped Breakout file's CNN too) and DQN
 training a few iterations, one-line errors for a wrong id, a missing extra or a stock runner,
-and ``bench sampling`` against gymnax's own rollout."""
+and ``bench sampling`` against gymnax's own rollout. The algorithms train in this process, without
+a Ray cluster (``rllib/in_process.py``)."""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
 import pytest
-import ray
 import torch
 
 from rllib_gpuenv import make_vector_env
@@ -278,20 +278,13 @@ def test_a_runner_resumes_a_gymnax_env_exactly():
     assert played[0][2].any()  # episodes ended in it, some begun before the checkpoint
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
-
-
 def breakout_file_config():
     """``configs/gymnax_breakout_ppo.yaml`` (MinAtar Breakout, RLlib's CNN encoder), on the CPU."""
     return load_config(config_file("gymnax_breakout_ppo.yaml"), device="cpu", seed=0).config
 
 
 @pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "gymnax:Breakout-MinAtar"])
-def test_device_ppo_trains_on_gymnax_envs(ray_local, env):
+def test_device_ppo_trains_on_gymnax_envs(env):
     """CartPole with PPO's default MLP; Breakout with the shipped experiment file's settings, at test sizes."""
     config = DevicePPOConfig().environment(env) if env.endswith("CartPole-v1") else breakout_file_config()
     config = (
@@ -314,7 +307,7 @@ def test_device_ppo_trains_on_gymnax_envs(ray_local, env):
         algo.stop()
 
 
-def test_device_dqn_trains_on_a_gymnax_env(ray_local):
+def test_device_dqn_trains_on_a_gymnax_env():
     config = (
         DeviceDQNConfig()
         .environment("gymnax:CartPole-v1")

@@ -1,12 +1,12 @@
 """The lean update computes what RLlib's update computes: from the same learner state and batch,
 the same weights, loss metrics, counters and KL coefficient, for discrete and continuous actions,
 RLlib's PPO defaults (adaptive KL, value clip) and gradient clipping; and RLlib's update is kept
-where the lean one would not match (a loss of the user's own)."""
+where the lean one would not match (a loss of the user's own). In this process, without a Ray
+cluster (``rllib/in_process.py``)."""
 
 import copy
 
 import pytest
-import ray
 import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
@@ -33,13 +33,6 @@ COMPARED = (
     "qf_min",
     "td_error_mean",
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
 
 
 def rllib_defaults(env: str) -> DevicePPOConfig:

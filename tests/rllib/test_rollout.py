@@ -4,6 +4,7 @@
 step ``k`` earns ``10 * u + k``; the episode lasts 3 steps if ``u < 1/3``, 4 if ``u < 2/3``, else
 5; it terminates at its end if ``u < 1/2``, and the time limit truncates it after 4 steps. So
 every rollout row's reward, flags, reset mask and next observation can be written down.
+The algorithms build and train in this process without a Ray cluster (``rllib/in_process.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-import ray
 import torch
 from gymnasium import spaces
 
@@ -63,13 +63,6 @@ def expected_episode(u: float) -> tuple[int, bool, bool]:
     return steps, u < 0.5, steps == 4
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
-
-
 def scripted_algo(**training):
     config = (
         DevicePPOConfig()
@@ -83,7 +76,7 @@ def scripted_algo(**training):
     return config.build_algo()
 
 
-def test_rollout_rows_are_what_the_env_did(ray_local):
+def test_rollout_rows_are_what_the_env_did():
     algo = scripted_algo()
     try:
         runner = algo.env_runner
@@ -115,7 +108,7 @@ def test_rollout_rows_are_what_the_env_did(ray_local):
         algo.stop()
 
 
-def test_ppo_advantages_bootstrap_at_truncations_only(ray_local):
+def test_ppo_advantages_bootstrap_at_truncations_only():
     """The learner's GAE equals GAE on the rollout with the learner's own values: a termination
     does not bootstrap, a truncation does, from its final observation's value."""
     from rllib_gpuenv.rllib.learner import rollout_batch
@@ -140,7 +133,7 @@ def test_ppo_advantages_bootstrap_at_truncations_only(ray_local):
 
 
 @pytest.mark.parametrize("n", [1, 3])
-def test_dqn_n_step_transitions(ray_local, n):
+def test_dqn_n_step_transitions(n):
     algo = scripted_algo()
     try:
         rollout = algo.env_runner.sample()
@@ -168,7 +161,7 @@ def test_dqn_n_step_transitions(ray_local, n):
     assert out["terminateds"].any() and (out["n_step"] == n).any()
 
 
-def test_dqn_on_the_device_runner_learns_and_its_buffer_is_on_the_learner_device(ray_local):
+def test_dqn_on_the_device_runner_learns_and_its_buffer_is_on_the_learner_device():
     config = (
         DeviceDQNConfig()
         .environment("GPUCartPole-v1")

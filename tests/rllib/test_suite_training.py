@@ -1,11 +1,11 @@
 """DevicePPO on the rest of the env suite through the same device env runner: continuous
 control (Pendulum learns, and the env never receives an action outside its bounds) and the
-discrete envs (Acrobot, MountainCar); the Pendulum experiment file runs via `rllib train`."""
+discrete envs (Acrobot, MountainCar); the Pendulum experiment file runs via `rllib train`.
+The algorithms built here train in this process without a Ray cluster (``rllib/in_process.py``)."""
 
 import glob
 
 import pytest
-import ray
 import torch
 
 from rllib_gpuenv.experiments import load_config
@@ -35,13 +35,6 @@ def test_pendulum_experiment_file_runs_via_the_cli(tmp_path):
     assert glob.glob(str(tmp_path / "gpu-pendulum-ppo" / "*" / "params.json"))
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
-
-
 class ActionRange:
     """The smallest and largest action value the env received, kept on the env's device (no
     host sync per step): wraps the ``step`` of the runner's env, which the runner calls."""
@@ -63,7 +56,7 @@ def return_mean(result) -> float:
     return result["env_runners"].get("episode_return_mean", float("nan"))
 
 
-def test_continuous_ppo_learns_pendulum_and_keeps_actions_in_bounds(ray_local):
+def test_continuous_ppo_learns_pendulum_and_keeps_actions_in_bounds():
     """The shipped Pendulum settings lift the last-100 mean from a random policy's ~-1200 to
     -400 within 80 iterations (seed 0 reaches -300 in 51); the module's Gaussian samples leave
     [-1, 1], yet the env receives only torques in [-2, 2]."""
@@ -89,7 +82,7 @@ def test_continuous_ppo_learns_pendulum_and_keeps_actions_in_bounds(ray_local):
         algo.stop()
 
 
-def test_mountaincar_continuous_file_rescales_observations_for_every_runner(ray_local):
+def test_mountaincar_continuous_file_rescales_observations_for_every_runner():
     """The shipped MountainCarContinuous settings (which reach an evaluation mean of 90 in 90-110
     iterations, ~1 min: too long here) at a small size: training and evaluation runners, the
     module and the learner's batch all see observations rescaled to [-1, 1], and the runner's
@@ -117,7 +110,7 @@ def test_mountaincar_continuous_file_rescales_observations_for_every_runner(ray_
 
 
 @pytest.mark.parametrize("env_id", ["GPUAcrobot-v1", "GPUMountainCar-v0", "GPUMountainCarContinuous-v0"])
-def test_suite_envs_train_through_the_device_runner(ray_local, env_id):
+def test_suite_envs_train_through_the_device_runner(env_id):
     config = (
         DevicePPOConfig()
         .environment(env_id)
@@ -140,7 +133,7 @@ def test_suite_envs_train_through_the_device_runner(ray_local, env_id):
         algo.stop()
 
 
-def test_an_env_with_an_array_trains_from_its_shipped_file(ray_local):
+def test_an_env_with_an_array_trains_from_its_shipped_file():
     """GPUBreakout-MinAtar (10x10x4 screens from its array) through the device runner, with the
     shipped file's CNN at test sizes: real episodes end and are counted."""
     config = load_config(config_file("gpu_breakout_minatar_ppo.yaml"), device="cpu", seed=0).config
