@@ -17,3 +17,22 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 @pytest.fixture(params=CPU_BACKENDS)
 def backend(request):
     return request.param
+
+
+@pytest.fixture(scope="module")
+def ray_local(request):
+    """A Ray instance of the module's own (``address="local"``: never a cluster that another test
+    or person started on this machine), with ``RAY_CPUS`` logical CPUs (a module sets it; 2), shut
+    down after the module. Modules whose algorithms all live in the test process need none."""
+    import ray
+
+    ray.init(
+        address="local",
+        num_cpus=getattr(request.module, "RAY_CPUS", 2),
+        num_gpus=0,
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+    )
+    yield
+    ray.shutdown()

@@ -5,20 +5,11 @@ import logging
 import math
 
 import pytest
-import ray
 import yaml
 
 from rllib_gpuenv.experiments import RETURN_METRIC, ExperimentError, inline_experiment, load_experiments, run_experiment
 from rllib_gpuenv.experiments.tune_resources import GPU_KEYS, ResourceSpace, _same, candidates, layout, rank, search_resources
 from rllib_gpuenv.rllib import DevicePPOConfig
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    # A Ray of its own: never a cluster that another test or person started on this machine.
-    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
 
 
 def test_without_gpus_the_gpu_options_drop_out(caplog):

@@ -3,7 +3,6 @@ its target network follows env steps as RLlib's does, it trains with remote runn
 from checkpoints with or without its replay buffer, and its experiment file runs under Tune."""
 
 import pytest
-import ray
 import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
 
@@ -17,11 +16,7 @@ DQN_FILE = config_file("gpu_cartpole_dqn.yaml")
 LEARNS_WITHIN_ITERATIONS = 60
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
 
 
 def return_mean(result) -> float:

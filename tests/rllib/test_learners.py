@@ -5,20 +5,15 @@ import os
 import signal
 
 import pytest
-import ray
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPO, DevicePPOConfig
 from rllib_gpuenv.rllib.dqn import DeviceDQN
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    # Logical CPUs: the driver, 2 learners and (separate layout) 2 env runners, on this 2-core machine.
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+# Logical CPUs: the driver, 2 learners and (separate layout) 2 env runners, on this 2-core machine.
+RAY_CPUS = 6
+pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
 
 
 def ppo(num_learners: int = 2, **env_runners):

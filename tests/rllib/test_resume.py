@@ -5,7 +5,6 @@ import os
 import shutil
 
 import pytest
-import ray
 import torch
 
 from rllib_gpuenv.experiments import cartpole_config
@@ -13,12 +12,7 @@ from rllib_gpuenv.rllib import DevicePPO, DevicePPOConfig
 from rllib_gpuenv.rllib.checkpointing import CheckpointError
 from tests.helpers import run_python
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
 
 
 def small_config(backend: str, rllib_defaults: bool = False):

@@ -9,7 +9,6 @@ import math
 import os
 
 import pytest
-import ray
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from rllib_gpuenv.experiments import apply_config, load_experiments
@@ -19,14 +18,6 @@ STOCK_RUNNER_CONFIG = os.path.join(CONFIGS, "gpu_cartpole_stock_runner.yaml")
 # Tiny PPO: 8 envs x 8 steps per iteration, so episodes span several sample() calls.
 TINY = {"num_envs_per_env_runner": 8, "train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1}
 ITERATIONS = 6
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    # A Ray of its own: never a cluster that another test or person started on this machine.
-    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
 
 
 def _train(env: str, max_episode_steps: int | None, workaround: bool = True) -> tuple[list[tuple], list[dict]]:

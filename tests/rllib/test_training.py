@@ -12,12 +12,7 @@ import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
 from rllib_gpuenv.experiments import cartpole_config
 from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig, DevicePPOTorchLearner
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
 
 
 def return_mean(result) -> float:
