@@ -13,7 +13,7 @@
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
 #             envs (MinAtar Breakout, an env with a 10x10x4 array each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown, the time per
 #             gradient step of the lean update against RLlib's and plain torch on the GPU (bench update);
-#   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_1024envs.yaml), DQN, and Pendulum
+#   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_512envs.yaml), DQN, and Pendulum
 #             PPO to -300, on the device path, 3 seeds each; one learner in the driver against one colocated
 #             learner actor on the GPU and the separate layout (an env runner and a learner sharing the GPU),
 #             with a rollout's trip through Ray from the GPU (bench learners). N learners need N GPUs (NCCL
@@ -69,11 +69,11 @@ run)
             bench . update update --device cuda --minibatch-sizes 128,512,1024,4096 ;;
         training)
             bench . training training --contenders device --budget 60
-            bench ppo_1024envs training training --contenders device --budget 60 --device-config configs/gpu_cartpole_ppo_1024envs.yaml
+            bench ppo_512envs training training --contenders device --budget 60 --device-config configs/gpu_cartpole_ppo_512envs.yaml
             bench . training_dqn training --task cartpole-dqn --contenders device --budget 90
             bench . training_pendulum training --task pendulum-ppo --contenders device --budget 90
             bench . learners learners --device cuda --learners 1 --seeds 0,1,2 --budget 60 \
-                --config-file configs/gpu_cartpole_ppo_1024envs.yaml ;;
+                --config-file configs/gpu_cartpole_ppo_512envs.yaml ;;
         *) echo "unknown stage $stage (tests, bench, training)" >&2 ;;
         esac
     done
