@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from rllib_gpuenv.cli.train import train
+from rllib_gpuenv.cli.train import ResultLoggers, train
 from tests.helpers import ROOT, tiny_main_job_file
 
 
@@ -70,6 +70,47 @@ def test_metrics_are_in_a_csv_and_in_tensorboard_events(tiny_run):
     tensorboard = os.path.join(os.path.dirname(sys.executable), "tensorboard")  # the command itself works
     inspect = subprocess.run([tensorboard, "--inspect", "--logdir", run.directory], capture_output=True, text=True)
     assert inspect.returncode == 0 and "ray/tune/env_runners/episode_return_mean" in inspect.stdout, inspect.stderr[-2000:]
+
+
+class _FailsAtIteration:
+    """A logger callback that raises at one iteration (Tune's callback interface)."""
+
+    def __init__(self, iteration: int):
+        self.iteration, self.seen = iteration, []
+
+    def log_trial_result(self, iteration, trial, result):
+        self.seen.append(iteration)
+        if iteration == self.iteration:
+            raise ValueError("disk full")
+
+    def log_trial_end(self, trial, failed=False):
+        pass
+
+
+def _result(iteration: int) -> dict:
+    return {"training_iteration": iteration, "env_runners": {"episode_return_mean": 10.0 * iteration}}
+
+
+def test_result_loggers_write_every_result_before_close_returns(tmp_path):
+    """The loggers write in a thread of their own; close() returns once all is written."""
+    loggers = ResultLoggers(str(tmp_path / "run"), {"lr": 0.1})
+    for iteration in range(1, 51):
+        loggers.log(iteration, _result(iteration))
+    loggers.close()
+    with open(tmp_path / "run" / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["env_runners/episode_return_mean"]) for r in rows] == [10.0 * i for i in range(1, 51)]
+
+
+def test_result_loggers_raise_what_a_callback_raised_at_close(tmp_path):
+    loggers = ResultLoggers(str(tmp_path / "run"), {})
+    failing = _FailsAtIteration(2)
+    loggers.callbacks.append(failing)
+    for iteration in range(1, 5):
+        loggers.log(iteration, _result(iteration))
+    with pytest.raises(ValueError, match="disk full"):
+        loggers.close()
+    assert failing.seen == [1, 2]  # nothing more is written after the error
 
 
 def test_the_main_job_trains_with_colocated_learners(tmp_path):
