@@ -1,6 +1,6 @@
 """The device algorithms build and train without a Ray cluster when nothing of theirs is remote
-(``rllib/in_process.py``), and use the Ray that is running when there is one. Real RLlib and Ray,
-in a fresh interpreter each (no Ray started by another test)."""
+(``rllib/in_process.py``); with Ray running they use it as RLlib does (tests/rllib/test_training.py).
+Real RLlib and Ray, in a fresh interpreter (no Ray started by another test)."""
 
 import json
 
@@ -56,24 +56,3 @@ def test_local_algorithms_train_save_and_stop_without_starting_ray(tmp_path):
         assert out[f"{name}_module_ray_restored"] is True, out  # RLlib's module has Ray back after the build
         assert out[f"{name}_synced"] is True, out  # the runner acts with the learner's latest weights
     assert out["ppo_steps"] == 3 * 16 * 8 and out["dqn_steps"] >= 3 * 8 * 4  # DQN: rounds until its per-iteration minimum
-
-
-USE_RUNNING_RAY = """
-import ray
-from ray.rllib.env import env_runner_group
-from rllib_gpuenv.experiments import cartpole_config
-
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-algo = cartpole_config(device="cpu", seed=0).env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=8)
-algo = algo.training(minibatch_size=64).build_algo()
-algo.train()
-print("RESULT", type(algo.env_runner_group._remote_config_obj_ref).__name__)
-algo.stop()
-ray.shutdown()
-"""
-
-
-def test_a_running_ray_is_used_as_rllib_uses_it():
-    job = run_python(USE_RUNNING_RAY)
-    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
-    assert "RESULT ObjectRef" in job.stdout, job.stdout[-2000:]

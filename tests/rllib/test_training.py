@@ -48,6 +48,8 @@ def test_device_path_learns_cartpole_on_cpu():
         assert return_mean(result) >= 150, f"mean return {return_mean(result):.1f} after {iteration} iterations"
         runner = algo.env_runner
         assert str(runner.env.device) == "cpu" and next(runner.module.parameters()).device.type == "cpu"
+        # Ray is running here (this module's ray_local): RLlib's object store is used as RLlib uses it
+        assert type(algo.env_runner_group._remote_config_obj_ref).__name__ == "ObjectRef"
         assert result["env_runners"]["num_env_steps_sampled_lifetime"] == iteration * algo.config.device_batch_size
     finally:
         algo.stop()
@@ -308,10 +310,18 @@ def test_training_survives_a_killed_remote_runner():
             algo.train()
         victim = next(iter(algo.env_runner_group._worker_manager.actors().values()))
         ray.kill(victim, no_restart=False)
-        returns = [return_mean(algo.train()) for _ in range(40)]
+        first = return_mean(algo.train())
+
+        def recovered_and_learning(ret: float) -> bool:
+            restored = algo._counters["total_num_restored_workers"] >= 1
+            return restored and algo.env_runner_group.num_healthy_remote_workers() == 2 and ret > max(100, 2 * first)
+
+        for _ in range(40):  # until the runner is back and training went on learning
+            if recovered_and_learning(ret := return_mean(algo.train())):
+                break
         assert algo.env_runner_group.num_healthy_remote_workers() == 2
         assert algo._counters["total_num_restored_workers"] >= 1
-        assert max(returns[-10:]) > 2 * returns[0] and max(returns[-10:]) > 100  # and it went on learning
+        assert ret > 2 * first and ret > 100, (first, ret)  # and it went on learning
     finally:
         algo.stop()
 
