@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 import ray
 import torch
@@ -34,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 COLOCATED_STATE = "colocated_learners"
 POLL_S = 2.0  # how often the driver looks for a dead learner while the others work
+DEATH_REPORT_S = 30.0  # how long, after a learner failed, the driver waits for Ray to report a dead peer
 
 
 class LearnerDiedError(RuntimeError):
@@ -109,6 +111,31 @@ class ColocatedEnvs:
         set_random_generator_states(state["random_generators"])
 
 
+def _learner_died(index: int, count: int, err: Exception) -> LearnerDiedError:
+    return LearnerDiedError(
+        f"learner {index} of {count} died during the training step ({type(err).__name__}: "
+        f"{' '.join(str(err).split())[:300]}); the others cannot go on without its envs and gradients: "
+        "restore the run from its last checkpoint"
+    )
+
+
+def _dead_learner(pending: dict, count: int) -> LearnerDiedError | None:
+    """The error naming a learner among ``pending`` (call ref -> learner index) that died, once
+    Ray has reported the calls (up to ``DEATH_REPORT_S``); None where none did."""
+    remaining, deadline = dict(pending), time.monotonic() + DEATH_REPORT_S
+    while remaining and (left := deadline - time.monotonic()) > 0:
+        ready, _ = ray.wait(list(remaining), num_returns=1, timeout=left)
+        for ref in ready:
+            index = remaining.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                return _learner_died(index, count, err)
+            except ray.exceptions.RayTaskError:
+                pass
+    return None
+
+
 class LearnerCalls:
     """Mixin for an ``Algorithm``: call every learner (local or remote) with arguments of its own,
     and, with colocated learners, keep each learner's envs and random generators in checkpoints
@@ -137,11 +164,14 @@ class LearnerCalls:
                 try:
                     results[index] = ray.get(ref)
                 except ray.exceptions.RayActorError as err:
-                    raise LearnerDiedError(
-                        f"learner {index} of {len(workers)} died during the training step ({type(err).__name__}: "
-                        f"{' '.join(str(err).split())[:300]}); the others cannot go on without its envs and gradients: "
-                        "restore the run from its last checkpoint"
-                    ) from None
+                    raise _learner_died(index, len(workers), err) from None
+                except ray.exceptions.RayTaskError:
+                    # A learner whose peer died fails in its all-reduce (gloo: "Connection reset by
+                    # peer"), often before Ray reports the death: name the dead one where there is one.
+                    died = _dead_learner(pending, len(workers))
+                    if died is not None:
+                        raise died from None
+                    raise
         return [results[i] for i in range(len(workers))]
 
     def get_state(self, *args, **kwargs) -> dict:
