@@ -76,6 +76,19 @@ def scripted_algo(**training):
     return config.build_algo()
 
 
+def test_the_runner_acts_in_eval_mode_whatever_mode_its_module_is_in():
+    """As RLlib's forward_exploration does; a colocated learner's update leaves the module it
+    shares with its envs in training mode."""
+    algo = scripted_algo()
+    try:
+        module = algo.env_runner.module
+        module.train()
+        algo.env_runner.sample()
+        assert not any(m.training for m in module.modules())
+    finally:
+        algo.stop()
+
+
 def test_rollout_rows_are_what_the_env_did():
     algo = scripted_algo()
     try:
