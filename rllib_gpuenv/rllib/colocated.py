@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 COLOCATED_STATE = "colocated_learners"
 POLL_S = 2.0  # how often the driver looks for a dead learner while the others work
-DEATH_REPORT_S = 30.0  # how long, after a learner failed, the driver waits for Ray to report a dead peer
+DEATH_REPORT_S = 10.0  # after a learner failed, how long the driver waits for Ray to report a dead peer
 
 
 class LearnerDiedError(RuntimeError):
