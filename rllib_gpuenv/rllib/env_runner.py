@@ -320,7 +320,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         batch = {Columns.OBS: obs}
         # The module's own hooks, in eval mode, as RLlib's forward_exploration/forward_inference
         # call them; those switch the mode there and back on every call (two walks over the
-        # submodules, ~0.2 ms a step on a CPU). Here it is switched when it is not in eval mode:
+        # submodules, 0.1-0.2 ms a step on a CPU). Here it is switched when it is not in eval mode:
         # once for a runner's own module, once a rollout for a colocated learner's (its update
         # puts it back in training mode, as RLlib's does).
         if self.module.training:
