@@ -316,7 +316,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     # ------------------------------------------------------------------ acting
     def _act(self, obs: torch.Tensor, explore: bool, t: int):
         """The module's actions for ``obs``: ``(actions, logp, dist_inputs)`` (None where the
-        module chose the actions itself, as DQN's epsilon-greedy does)."""
+        module chose the actions itself, as DQN's epsilon-greedy does). Called under ``no_grad``."""
         batch = {Columns.OBS: obs}
         # The module's own hooks, in eval mode, as RLlib's forward_exploration/forward_inference
         # call them; those switch the mode there and back on every call (two walks over the
@@ -325,8 +325,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         # puts it back in training mode, as RLlib's does).
         if self.module.training:
             self.module.eval()
-        with torch.no_grad():
-            out = self.module._forward_exploration(batch, t=t) if explore else self.module._forward_inference(batch)
+        out = self.module._forward_exploration(batch, t=t) if explore else self.module._forward_inference(batch)
         if Columns.ACTIONS in out:
             actions = out[Columns.ACTIONS]
             return actions, out.get(Columns.ACTION_LOGP), out.get(Columns.ACTION_DIST_INPUTS)
