@@ -8,12 +8,16 @@
 #   tests     tests/test_gpu.py (both CUDA backends against the CPU for every env, MinAtar Breakout's
 #             array written in place by the kernel included, no host sync
 #             per step or per rollout step, PPO trained on the GPU and restored on a CPU, two env
-#             runners sharing the GPU, a colocated learner actor stepping its envs on the GPU), the PTX compile for the device's compute capability, the
-#             simulator and host-read tests;
+#             runners sharing the GPU, a colocated learner actor stepping its envs on the GPU, the
+#             PPO and DQN updates captured as CUDA graphs against the eager ones: the same weights,
+#             one host sync per update, a step that cannot be captured falling back), the PTX
+#             compile for the device's compute capability, the simulator and host-read tests;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
 #             envs (MinAtar Breakout, an env with a 10x10x4 array each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown, the time per
-#             gradient step of the lean update against RLlib's and plain torch on the GPU (bench update);
-#   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_512envs.yaml), DQN, and Pendulum
+#             gradient step of the captured and the eager lean update against RLlib's and plain torch
+#             on the GPU (bench update);
+#   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_512envs.yaml, and the first
+#             with the gradient step eager: cuda_graphs false), DQN, and Pendulum
 #             PPO to -300, on the device path, 3 seeds each; one learner in the driver against one colocated
 #             learner actor on the GPU and the separate layout (an env runner and a learner sharing the GPU),
 #             with a rollout's trip through Ray from the GPU (bench learners). N learners need N GPUs (NCCL
@@ -70,6 +74,9 @@ run)
         training)
             bench . training training --contenders device --budget 60
             bench ppo_512envs training training --contenders device --budget 60 --device-config configs/gpu_cartpole_ppo_512envs.yaml
+            sed 's/^    use_kl_loss: false.*/&\n    cuda_graphs: false/' configs/gpu_cartpole_ppo.yaml > "$RES/ppo_eager_step.yaml"
+            grep -q '^    cuda_graphs: false' "$RES/ppo_eager_step.yaml" || echo "ppo_eager_step.yaml: cuda_graphs not set" >&2
+            bench ppo_eager_step training training --contenders device --budget 60 --device-config "$RES/ppo_eager_step.yaml"
             bench . training_dqn training --task cartpole-dqn --contenders device --budget 90
             bench . training_pendulum training --task pendulum-ppo --contenders device --budget 90
             bench . learners learners --device cuda --learners 1 --seeds 0,1,2 --budget 60 \

@@ -2,7 +2,8 @@
 
 Under numba's CUDA simulator (test_numba_cuda_sim.py) the kernel's logic is checked on the CPU;
 here the same kernel runs compiled for the GPU, against the CPU backends, and the device path
-trains on the GPU and its checkpoint restores on a machine without one.
+trains on the GPU and its checkpoint restores on a machine without one. The learners' gradient
+step, captured as a CUDA graph (rllib/update_graph.py), trains as the eager step does.
 """
 
 import json
@@ -14,6 +15,7 @@ import torch
 from rllib_gpuenv import ENV_DEFS, make_vector_env
 from rllib_gpuenv.envs import SHIPPED_DEFS
 from tests.helpers import run_python
+from tests.update_paths import CAPTURED, LEAN, assert_same, dqn_updates, ppo_runs, rllib_defaults, updates
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -243,3 +245,95 @@ def test_gymnax_envs_step_on_the_gpu_in_memory_shared_with_torch():
     assert agree.float().mean() > 0.99
     actions = torch.ones(1024, dtype=torch.int32, device="cuda")
     assert gpu._to_jax(actions).unsafe_buffer_pointer() == actions.data_ptr()
+
+
+def count_syncs(run) -> int:
+    """How often ``run()`` makes the host wait for the GPU (torch's sync debug mode)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def cartpole_config_on_gpu():
+    from rllib_gpuenv.experiments import cartpole_config
+
+    return cartpole_config(device="cuda", seed=0)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param(lambda: cartpole_config_on_gpu(), id="main-job-settings"),
+        pytest.param(lambda: rllib_defaults("GPUCartPole-v1", "cuda"), id="rllib-defaults-discrete"),
+        pytest.param(lambda: rllib_defaults("GPUPendulum-v1", "cuda").training(vf_clip_param=float("inf")), id="continuous"),
+    ],
+)
+def test_a_captured_ppo_update_trains_as_the_eager_one(config):
+    runs, _, learner = ppo_runs(config(), (LEAN, CAPTURED))
+    graph = learner._step_graph
+    assert learner._step_graph_failure is None and graph is not None and graph.graph is not None, learner._step_graph_failure
+    assert_same(runs, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("double_q, loss", [(True, "huber"), (False, "mse")])
+def test_a_captured_dqn_update_trains_as_the_eager_one(double_q, loss):
+    runs = {path: dqn_updates(path, double_q, loss, device="cuda") for path in (LEAN, CAPTURED)}
+    learner = runs[CAPTURED][2]
+    assert learner._step_graph is not None and learner._step_graph.graph is not None, learner._step_graph_failure
+    assert_same({path: run[:2] for path, run in runs.items()}, rtol=1e-3, atol=1e-4)
+
+
+def test_a_captured_update_waits_for_the_gpu_per_update_not_per_step():
+    """The main job's update, 16 gradient steps: eagerly every step reads back (RLlib's NaN/inf
+    check); captured, only the update's end does (the metrics, the NaN/inf flag)."""
+    from rllib_gpuenv.experiments import cartpole_config
+
+    algo = cartpole_config(device="cuda", seed=0).build_algo()
+    try:
+        learner, rollout = algo.learner_group._learner, algo.env_runner.sample()
+        counts = {}
+        for path in (LEAN, CAPTURED):
+            updates(learner, [rollout, rollout], path)  # warm: the first update warms up and captures
+            counts[path] = count_syncs(lambda path=path: updates(learner, [rollout], path))
+        assert learner._step_graph.graph is not None
+    finally:
+        algo.stop()
+    steps = algo.config.num_epochs * algo.config.device_batch_size // algo.config.minibatch_size
+    assert counts[CAPTURED] < steps <= counts[LEAN], counts
+
+
+def test_a_step_that_cannot_be_captured_runs_eagerly_and_says_why(caplog):
+    """A loss that reads a value back from the GPU cannot be captured: the learner logs why and
+    goes on eagerly, training as the eager update does."""
+    from rllib_gpuenv.rllib import DevicePPOTorchLearner
+
+    class ReadsBack(DevicePPOTorchLearner):
+        def lean_loss(self, *args):
+            loss, metrics = super().lean_loss(*args)
+            return loss * (1.0 if float(loss.detach()) == float(loss.detach()) else 0.0), metrics
+
+    config = cartpole_config_on_gpu().training(learner_class=ReadsBack)
+    with caplog.at_level("WARNING", logger="rllib_gpuenv.rllib.update_graph"):
+        runs, _, learner = ppo_runs(config, (LEAN, CAPTURED))
+    assert learner._step_graph is None and learner._step_graph_failure is not None
+    assert "could not be captured as a CUDA graph" in caplog.text
+    assert_same(runs, rtol=1e-3, atol=1e-4)
+
+
+def test_the_learners_weights_reach_the_runner_in_this_process_without_a_host_sync():
+    from rllib_gpuenv.experiments import cartpole_config
+
+    algo = cartpole_config(device="cuda", seed=0).build_algo()
+    try:
+        algo.train()
+        assert count_syncs(algo.sync_runner_weights) == 0
+        runner = algo.env_runner.module.state_dict()
+        learner = algo.learner_group._learner.module["default_policy"].state_dict()
+        assert runner and all(torch.equal(value, learner[key]) for key, value in runner.items())
+    finally:
+        algo.stop()

@@ -4,7 +4,9 @@ All three train the same 64×64 tanh actor-critic on the same rollout (one rollo
 job's env; each update computes its values and GAE first) with the same clipped PPO loss and
 fused Adam, epochs × minibatches at each minibatch size; the time of an update (GAE included)
 is divided by its gradient steps. "ours: lean" is ``DevicePPOTorchLearner.update``
-as the device path runs it; "RLlib's update" is the same learner with ``lean_update=False``
+as the device path runs it on a CPU; on a GPU "ours: captured" is the same update with its
+gradient step replayed from a CUDA graph (the default there; ``update_graph.py``) and "ours:
+lean" the eager loop (``cuda_graphs=False``); "RLlib's update" is the same learner with ``lean_update=False``
 (RLlib's ``Learner.update``: its minibatch iterator, hooks and per-minibatch metrics); "plain
 torch" is the loop a CleanRL user writes (``nn.Sequential`` networks, no framework). The
 contenders take turns, round after round, and each figure is the median over rounds: the ratio
@@ -23,8 +25,8 @@ import torch
 from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
 
-LEAN, RLLIB, PLAIN = "ours: lean update", "RLlib's update", "plain torch"
-CONTENDERS = (LEAN, RLLIB, PLAIN)
+LEAN, CAPTURED, RLLIB, PLAIN = "ours: lean update", "ours: captured", "RLlib's update", "plain torch"
+CONTENDERS = (CAPTURED, LEAN, RLLIB, PLAIN)
 
 
 class PlainPPO:
@@ -113,17 +115,14 @@ def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
             epochs = max(1, steps_per_update * size // rows)
             settings = {"num_epochs": epochs, "minibatch_size": size, "shuffle_batch_per_epoch": True}
 
-            def ours(lean: bool, settings=settings) -> None:
-                learner.config.lean_update = lean
+            def ours(path: str, settings=settings) -> None:
+                use(learner, path)
                 learner.update(
                     batch=rollout_batch(rollout), rollout_length=rollout.length, timesteps=_timesteps(rows), **settings
                 )
 
-            runs = {
-                LEAN: partial(ours, True),
-                RLLIB: partial(ours, False),
-                PLAIN: partial(plain.update, rollout, epochs, size),
-            }
+            runs = {path: partial(ours, path) for path in _paths(learner)}
+            runs[PLAIN] = partial(plain.update, rollout, epochs, size)
             results += _rows("PPO", size, time_turns(runs, epochs * rows // size, rounds, learner._device))
         return results
     finally:
@@ -149,16 +148,27 @@ def measure_dqn(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
             )
             draws = {key: column[rows.to(column.device)] for key, column in transitions.items()}
 
-            def ours(lean: bool, draws=draws, size=size) -> None:
-                learner.config.lean_update = lean
+            def ours(path: str, draws=draws, size=size) -> None:
+                use(learner, path)
                 learner.config.train_batch_size_per_learner = size
                 learner.update_on_draws(draws, _timesteps(0))
 
-            runs = {LEAN: partial(ours, True), RLLIB: partial(ours, False)}
+            runs = {path: partial(ours, path) for path in _paths(learner)}
             results += _rows("DQN", size, time_turns(runs, steps_per_update, rounds, learner._device))
         return results
     finally:
         algo.stop()
+
+
+def _paths(learner) -> list[str]:
+    """Our contenders on the learner's device: the captured step only where there is one to capture."""
+    return [CAPTURED, LEAN, RLLIB] if learner._device.type == "cuda" else [LEAN, RLLIB]
+
+
+def use(learner, path: str) -> None:
+    """Make ``learner`` update through ``path`` (one of ours)."""
+    learner.config.lean_update = path != RLLIB
+    learner.config.cuda_graphs = path == CAPTURED
 
 
 def _timesteps(sampled: int) -> dict:

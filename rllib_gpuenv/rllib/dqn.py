@@ -138,7 +138,7 @@ class DeviceDQNTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, DQ
     def lean_update_applies(self) -> bool:
         return super().lean_update_applies() and self.config.num_atoms == 1  # distributional DQN: RLlib's update
 
-    def lean_loss(self, module_id, config, batch, fwd_out, metrics):
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
         """RLlib's DQN loss (``DQNTorchLearner.compute_loss_for_module``, one atom): the n-step TD
         target from the target network (its action chosen by the online network with double Q),
         the Huber or squared error, weighted; a masked Q-value (-inf) counts as 0."""
@@ -226,6 +226,7 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
         self.epsilon = [[0, 1.0], [5_000, 0.01]]
         self.learner_device = "auto"  # the replay buffer's device too: the GPU if there is one
         self.lean_update = True  # the learner's minibatch loop without RLlib's per-minibatch machinery
+        self.cuda_graphs = True  # on a GPU, the lean update's gradient step captured once, replayed (update_graph.py)
         self._model_config = {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}
 
     def get_default_learner_class(self):

@@ -545,6 +545,15 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             "recent_episodes": list(self._recent_episodes),
         }
 
+    def set_module_weights(self, weights: dict[str, torch.Tensor], weights_seq_no: int) -> None:
+        """The module's weights from another module's ``state_dict`` in this process, copied in
+        place on this runner's device. RLlib's ``set_state`` would take them through host memory
+        (its state is numpy). Keys this (inference-only) module lacks are ignored, as RLlib does."""
+        missing, _ = self.module.load_state_dict(weights, strict=False)
+        if missing:
+            raise ValueError(f"the weights lack {missing}: they come from a module of another architecture")
+        self._weights_seq_no = weights_seq_no
+
     def set_state(self, state: dict) -> None:
         super().set_state({k: v for k, v in state.items() if k != DEVICE_ROLLOUT_STATE})
         saved = state.get(DEVICE_ROLLOUT_STATE)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 
@@ -64,11 +64,18 @@ class InProcess:
     def sync_runner_weights(self) -> None:
         """The learner's inference weights to the env runners. RLlib's ``sync_weights`` puts them
         into Ray's object store on every call, for remote runners, even when the only runner is the
-        local one; then they go straight to it, as RLlib hands them to a local runner."""
+        local one. Here a runner that can (``DeviceEnvRunner.set_module_weights``) copies the
+        learner's tensors in place, on a GPU device to device; RLlib's state would go through
+        numpy, to the host and back."""
         group = self.env_runner_group
-        if group.num_remote_workers() or group.local_env_runner is None or not self.learner_group.is_local:
+        runner = group.local_env_runner
+        if group.num_remote_workers() or runner is None or not self.learner_group.is_local:
             group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+            return
+        learner = self.learner_group._learner
+        if hasattr(runner, "set_module_weights"):
+            runner.set_module_weights(learner.module[DEFAULT_MODULE_ID].state_dict(), learner._weights_seq_no)
             return
         state = self.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
         learner_state = state[COMPONENT_LEARNER]
-        group.local_env_runner.set_state({key: learner_state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)})
+        runner.set_state({key: learner_state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)})

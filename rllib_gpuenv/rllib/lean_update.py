@@ -15,9 +15,14 @@ entropy schedules, PPO's KL coefficient, DQN's target network).
 The learner decides per update whether the lean path applies (``lean_update_applies``): it
 needs a single module, no ``torch_compile_learner``, no AMP grad scalers, and the algorithm's
 own loss (a subclass that overrides ``compute_loss_for_module`` keeps RLlib's update).
+
+On a GPU the gradient step is captured once as a CUDA graph and replayed for every minibatch
+(``update_graph.py``; ``cuda_graphs=False`` in the config turns it off).
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 from ray.rllib.core import ALL_MODULES, DEFAULT_MODULE_ID
@@ -30,6 +35,11 @@ from ray.rllib.utils.metrics import (
     NUM_MODULE_STEPS_TRAINED_LIFETIME,
     WEIGHTS_SEQ_NO,
 )
+from ray.rllib.utils.torch_utils import clip_gradients, compute_global_norm
+
+from rllib_gpuenv.rllib.update_graph import Outputs, StepBuffers, StepGraph, minibatch_rows, signature
+
+logger = logging.getLogger(__name__)
 
 TensorColumns = dict[str, torch.Tensor]  # column name -> equal-length tensors on the learner's device
 
@@ -40,13 +50,24 @@ class LeanUpdate:
     ``compute_loss_for_module`` that loss reproduces (``lean_loss_of``)."""
 
     lean_loss_of: type  # the RLlib learner class whose loss ``lean_loss`` computes
+    # Device types whose updates run through ``StepGraph``: captured on CUDA; tests add "cpu" to
+    # run the same static-buffer step uncaptured.
+    graph_step_devices: tuple[str, ...] = ("cuda",)
+    _step_graph: StepGraph | None = None
+    _step_graph_failure: str | None = None  # why capture failed: eager updates from then on
 
     def lean_loss(
-        self, module_id: str, config, batch: TensorColumns, fwd_out: dict, metrics: bool
+        self, module_id: str, config, batch: TensorColumns, fwd_out: dict, metrics: bool, coefficients: dict
     ) -> tuple[torch.Tensor, dict]:
         """The total loss of one minibatch, and (if ``metrics``, else ``{}``) what RLlib's loss
-        logs, detached. Only the update's last minibatch is asked for metrics."""
+        logs, detached. The eager loop asks only the update's last minibatch for metrics.
+        ``coefficients`` holds ``lean_coefficients``' values (device tensors in a captured step)."""
         raise NotImplementedError
+
+    def lean_coefficients(self, module_id: str) -> dict:
+        """The scalars ``lean_loss`` reads that can change between updates (schedules, adaptive
+        coefficients), as floats or tensors: a captured step reads them from device tensors."""
+        return {}
 
     def lean_update_applies(self) -> bool:
         """Whether ``lean_update`` computes what RLlib's ``update`` would (see the module doc)."""
@@ -84,14 +105,23 @@ class LeanUpdate:
         starts = range(0, rows - size + 1, size)
         module = self.module[module_id]
         module.train()  # what RLlib's ``forward_train`` does before every ``_forward_train``: once is enough
-        for epoch in range(num_epochs):
+        coefficients = self.lean_coefficients(module_id)
+        graph = self._graph_for(columns, size, coefficients)
+        if graph is not None:
+            indices = minibatch_rows(rows, size, num_epochs, shuffle, self._device)
+            (loss, loss_metrics), nonfinite = graph.run(columns, indices, coefficients)
+            if nonfinite:
+                logger.warning("Gradients held NaN/inf values in this update; they were set to zero, as RLlib does")
+            if graph.failure is not None:
+                self._step_graph, self._step_graph_failure = None, graph.failure
+        for epoch in range(num_epochs if graph is None else 0):
             order = torch.randperm(rows, device=self._device) if shuffle and epoch > 0 else None  # RLlib's order
             for start in starts:
                 index = slice(start, start + size) if order is None else order[start : start + size]
                 minibatch = {key: column[index] for key, column in columns.items()}
                 fwd_out = module._forward_train(minibatch)  # under DDP (several learners) through DDP's forward
                 last = epoch == num_epochs - 1 and start == starts[-1]
-                loss, loss_metrics = self.lean_loss(module_id, config, minibatch, fwd_out, metrics=last)
+                loss, loss_metrics = self.lean_loss(module_id, config, minibatch, fwd_out, last, coefficients)
                 self.gradient_step(loss)
         steps = num_epochs * len(starts)
         self._log_update(module_id, loss, loss_metrics, size, steps, env_steps if env_steps is not None else rows)
@@ -105,6 +135,75 @@ class LeanUpdate:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.apply_gradients(self.postprocess_gradients({pid: p.grad for pid, p in self._params.items()}))
+
+    def _graph_for(self, columns: TensorColumns, size: int, coefficients: dict) -> StepGraph | None:
+        """The ``StepGraph`` for this update's shapes, or None where the eager loop runs: another
+        device, ``cuda_graphs=False``, several learners (DDP's all-reduce), torch lr schedulers,
+        or after a failed capture."""
+        config = self.config
+        if not (
+            getattr(config, "cuda_graphs", True)
+            and self._device.type in self.graph_step_devices
+            and config.num_learners <= 1
+            and self._lr_scheduler_classes is None
+            and self._step_graph_failure is None
+        ):
+            return None
+        optimizers = list(self._optimizer_parameters)
+        graph = self._step_graph
+        if graph is None or graph.signature != signature(columns, size) or graph.optimizers != optimizers:
+            self._step_graph = None  # the old graph's memory goes first
+            capture = self._device.type == "cuda"
+            self._step_graph = StepGraph(self._graph_step, columns, size, coefficients, optimizers, capture=capture)
+        return self._step_graph
+
+    def _graph_step(self, buffers: StepBuffers) -> Outputs:
+        """``gradient_step`` on the minibatch ``buffers.index`` of ``buffers.columns``, with
+        nothing that reads back from the device: RLlib's clipping (``_clip_on_device``) and
+        its zeroing of NaN/inf gradients, the optimizers stepped directly. Metrics every step."""
+        module_id = DEFAULT_MODULE_ID
+        config = self.config.get_config_for_module(module_id)
+        minibatch = {key: column[buffers.index] for key, column in buffers.columns.items()}
+        fwd_out = self.module[module_id]._forward_train(minibatch)
+        loss, metrics = self.lean_loss(module_id, config, minibatch, fwd_out, True, buffers.coefficients)
+        for optimizer in self._optimizer_parameters:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        metrics.update(self._clip_on_device(module_id, config))
+        grads = [p.grad for p in self._params.values() if p.grad is not None]
+        buffers.nonfinite.logical_or_(~torch.stack([g.isfinite().all() for g in grads]).all())
+        if not self.config.torch_skip_nan_gradients:
+            for grad in grads:
+                grad.nan_to_num_()
+        for optimizer in self._optimizer_parameters:
+            optimizer.step()
+        return loss.detach(), metrics
+
+    def _clip_on_device(self, module_id: str, config) -> dict[str, torch.Tensor]:
+        """RLlib's ``postprocess_gradients_for_module``, in place and without a host sync (its
+        "norm" mode compares on the host); returns the global norms it logs."""
+        logged = {}
+        clip, by = config.grad_clip, config.grad_clip_by
+        all_grads = {pid: p.grad for pid, p in self._params.items()}
+        for name, optimizer in self.get_optimizers_for_module(module_id):
+            grads = [g for g in self.filter_param_dict_for_optimizer(all_grads, optimizer).values() if g is not None]
+            if clip and by == "value":
+                for grad in grads:
+                    grad.clamp_(-clip, clip)
+            elif clip and by == "norm":
+                for grad in grads:
+                    norm = grad.norm(2).nan_to_num(neginf=-10e8, posinf=10e8)
+                    grad.mul_(torch.where(norm > clip, clip / norm, 1.0))
+            key = f"gradients_{name}_global_norm"
+            if clip and by == "global_norm":
+                logged[key] = clip_gradients(dict(enumerate(grads)), grad_clip=clip, grad_clip_by=by)
+            elif config.log_gradients:
+                logged[key] = compute_global_norm(grads)
+        return logged
+
+    def set_state(self, state: dict) -> None:
+        self._step_graph = None  # loading the optimizers' state makes new tensors: a graph would step the old ones
+        super().set_state(state)
 
     def _log_update(self, module_id, loss, loss_metrics: dict, size: int, steps: int, env_steps: int) -> None:
         """What RLlib's ``update`` logs over ``steps`` minibatches of ``size`` rows, logged once."""

@@ -36,7 +36,7 @@ from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorica
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
-from ray.rllib.utils.torch_utils import explained_variance
+from ray.rllib.utils.numpy import SMALL_NUMBER
 
 from rllib_gpuenv.rllib.colocated import ColocatedEnvs
 from rllib_gpuenv.rllib.gae import compute_gae
@@ -48,6 +48,12 @@ VALUE_TARGETS = "value_targets"
 KL_COEFFS = "kl_coeffs"
 # SAME_STEP rollouts only: the rows (truncations) that bootstrap from NEXT_OBS, not from the next row's OBS
 BOOTSTRAP_FROM_NEXT_OBS = "bootstrap_from_next_obs"
+
+
+def explained_variance(targets: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """RLlib's ``explained_variance`` (1 - Var[targets - values] / Var[targets], at least -1)
+    without the host tensor it makes, which a CUDA graph cannot capture."""
+    return (1 - (targets - values).var(dim=0) / (targets.var(dim=0) + SMALL_NUMBER)).clamp_min(-1.0)
 
 
 def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
@@ -136,7 +142,13 @@ class DevicePPOTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, PP
         batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=batch.env_steps())
         return super().update(batch=batch, **kwargs)
 
-    def lean_loss(self, module_id, config, batch, fwd_out, metrics):
+    def lean_coefficients(self, module_id) -> dict:
+        coefficients = {"entropy_coeff": self.entropy_coeff_schedulers_per_module[module_id].get_current_value()}
+        if self.config.get_config_for_module(module_id).use_kl_loss:
+            coefficients["kl_coeff"] = self.curr_kl_coeffs_per_module[module_id]  # adapted after every update
+        return coefficients
+
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
         """RLlib's PPO loss (``PPOTorchLearner.compute_loss_for_module``), term for term: the
         clipped surrogate, the squared value error clipped at ``vf_clip_param``, the entropy
         bonus and, with ``use_kl_loss``, the adaptive KL term; means over the valid steps."""
@@ -164,13 +176,12 @@ class DevicePPOTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, PP
             vf_loss_clipped = vf_loss.clamp(0, config.vf_clip_param)
         else:
             values = vf_loss = vf_loss_clipped = torch.zeros((), device=surrogate.device)
-        entropy_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
-        total = mean(-surrogate + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * entropy)
+        total = mean(-surrogate + config.vf_loss_coeff * vf_loss_clipped - coefficients["entropy_coeff"] * entropy)
         kl = torch.zeros((), device=surrogate.device)
         if config.use_kl_loss:
             previous = module.get_exploration_action_dist_cls().from_logits(batch[Columns.ACTION_DIST_INPUTS])
             kl = mean(previous.kl(dist_class.from_logits(logits)))
-            total = total + self.curr_kl_coeffs_per_module[module_id] * kl
+            total = total + coefficients["kl_coeff"] * kl
         if not metrics:
             return total, {}
         with torch.no_grad():

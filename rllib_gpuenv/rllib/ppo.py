@@ -56,6 +56,7 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
         self.minibatch_size = 512
         self.num_epochs = 10
         self.lean_update = True  # the learner's epochs × minibatches loop without RLlib's per-minibatch machinery
+        self.cuda_graphs = True  # on a GPU, the lean update's gradient step captured once, replayed (update_graph.py)
 
     def get_default_learner_class(self):
         from rllib_gpuenv.rllib.learner import DevicePPOTorchLearner

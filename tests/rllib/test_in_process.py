@@ -16,7 +16,8 @@ from rllib_gpuenv.rllib import DeviceDQNConfig
 def actor_weights_match(algo):
     runner = algo.env_runner.module.state_dict()
     learner = algo.learner_group._learner.module["default_policy"].state_dict()
-    return all(torch.equal(value, learner[key]) for key, value in runner.items())
+    copies = all(value.data_ptr() != learner[key].data_ptr() for key, value in runner.items())  # not aliases
+    return copies and all(torch.equal(value, learner[key]) for key, value in runner.items())
 
 out = {}
 ppo = cartpole_config(device="cpu", seed=0).env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=8)

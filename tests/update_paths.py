@@ -1,0 +1,132 @@
+"""One learner state, several update paths, the same outcome: the helpers of the lean-update
+tests (tests/rllib/test_lean_update.py on a CPU, tests/test_gpu.py for the captured step)."""
+
+import copy
+
+import pytest
+import torch
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
+from rllib_gpuenv.rllib.dqn import WEIGHTS, n_step_transitions
+from rllib_gpuenv.rllib.learner import rollout_batch
+
+COMPARED = (
+    "policy_loss",
+    "vf_loss",
+    "vf_loss_unclipped",
+    "vf_explained_var",
+    "entropy",
+    "mean_kl_loss",
+    "total_loss",
+    "curr_kl_coeff",
+    "num_module_steps_trained",
+    "module_train_batch_size_mean",
+    "qf_loss",
+    "qf_mean",
+    "qf_max",
+    "qf_min",
+    "td_error_mean",
+    "gradients_default_optimizer_global_norm",
+)
+RLLIB, LEAN = "RLlib's update", "lean update"
+STATIC = "static-buffer step"  # the step a GPU captures, run uncaptured (on a CPU)
+CAPTURED = "captured step"  # on a GPU: the step replayed from a CUDA graph
+
+
+def use(learner, path: str) -> None:
+    """Make ``learner`` update through ``path``."""
+    learner.config.lean_update = path != RLLIB
+    learner.config.cuda_graphs = path in (STATIC, CAPTURED)
+    learner.graph_step_devices = ("cuda", "cpu") if path == STATIC else ("cuda",)
+
+
+def rllib_defaults(env: str, device: str = "cpu") -> DevicePPOConfig:
+    """PPO's settings at RLlib's defaults (adaptive KL loss, value clip 10), gradients clipped."""
+    return (
+        DevicePPOConfig()
+        .environment(env)
+        .devices(learner=device, env_runners=device)
+        .debugging(seed=0)
+        .env_runners(num_envs_per_env_runner=16)
+        .device_rollouts(rollout_length=32)
+        .training(minibatch_size=128, num_epochs=2, grad_clip=0.5, entropy_coeff=0.01)
+    )
+
+
+def updates(learner, rollouts, path: str, shuffle: bool = False) -> tuple[dict, list[dict]]:
+    """Weights and the metrics of each update, after ``rollouts`` updates from the learner's state now."""
+    use(learner, path)
+    torch.manual_seed(0)
+    results = []
+    for rollout in rollouts:
+        result = learner.update(
+            batch=rollout_batch(rollout),
+            rollout_length=rollout.length,
+            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: rollout.num_env_steps},
+            num_epochs=learner.config.num_epochs,
+            minibatch_size=learner.config.minibatch_size,
+            shuffle_batch_per_epoch=shuffle,  # False: RLlib's order, the minibatches in the batch's order
+        )
+        results.append({key: float(stats.peek()) for key, stats in result["default_policy"].items() if key in COMPARED})
+    weights = {k: v.detach().clone() for k, v in learner.module["default_policy"].state_dict().items()}
+    return weights, results
+
+
+def ppo_runs(config: DevicePPOConfig, paths, rollouts: int = 3, shuffle: bool = False) -> tuple[dict, dict, object]:
+    """``updates`` through each of ``paths`` from one learner state; also the weights before and
+    the learner (its algorithm stopped)."""
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        sampled = [algo.env_runner.sample() for _ in range(rollouts)]
+        assert learner.lean_update_applies()
+        learner.curr_kl_coeffs_per_module["default_policy"]  # created on first use: in the saved state from here on
+        start = copy.deepcopy(learner.get_state())
+        start_weights = {k: p.detach().clone() for k, p in learner.module["default_policy"].named_parameters()}
+        runs = {}
+        for path in paths:
+            learner.set_state(copy.deepcopy(start))
+            assert learner._step_graph is None  # a graph would step the optimizer state the restore replaced
+            runs[path] = updates(learner, sampled, path, shuffle)
+        return runs, start_weights, learner
+    finally:
+        algo.stop()
+
+
+def dqn_updates(
+    path: str, double_q: bool, loss: str, clip_by: str = "global_norm", device: str = "cpu"
+) -> tuple[dict, list[dict], object]:
+    """Weights and metrics after three updates of 16 minibatches (the target network updated
+    between them) of a new DeviceDQN learner, on transitions from its own env runner; and the learner."""
+    config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner=device, env_runners=device).debugging(seed=0)
+    clip = {"global_norm": 2.0, "norm": 1.0, "value": 0.05}[clip_by]  # each clips some steps' gradients
+    config.training(double_q=double_q, td_error_loss_fn=loss, target_network_update_freq=256)
+    config.training(grad_clip=clip, grad_clip_by=clip_by)
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        use(learner, path)
+        assert learner.lean_update_applies() == (path != RLLIB)
+        results = []
+        for i in range(3):
+            batch = n_step_transitions(algo.env_runner.sample(), config.n_step, config.gamma)
+            batch[WEIGHTS] = torch.ones(len(batch["obs"]), device=batch["obs"].device)
+            batch = {k: v.repeat_interleave(9, dim=0)[:2048] for k, v in batch.items()}  # 16 minibatches of 128
+            result = learner.update_on_draws(batch, {NUM_ENV_STEPS_SAMPLED_LIFETIME: 256 * (i + 1)})
+            results.append({k: float(v.peek()) for k, v in result["default_policy"].items() if k in COMPARED})
+        return {k: v.detach().clone() for k, v in learner.module["default_policy"].state_dict().items()}, results, learner
+    finally:
+        algo.stop()
+
+
+def assert_same(runs: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """Every path's weights and metrics are the first path's."""
+    (reference_weights, reference_results), *_ = runs.values()
+    for path, (weights, results) in runs.items():
+        for name, weight in reference_weights.items():
+            torch.testing.assert_close(weights[name], weight, rtol=rtol, atol=atol, msg=f"{path}: {name}")
+        for reference_result, result in zip(reference_results, results):
+            assert set(result) == set(reference_result), path
+            for key, value in reference_result.items():
+                assert result[key] == pytest.approx(value, rel=rtol, abs=atol), f"{path}: {key}"
