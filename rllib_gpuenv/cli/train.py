@@ -24,6 +24,7 @@ from rllib_gpuenv.cli.errors import StopAfterThisIteration
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
+from rllib_gpuenv.rllib.checkpointing import check_checkpoint_files, saved_config
 from rllib_gpuenv.rllib.in_process import builds_without_ray
 
 logger = logging.getLogger(__name__)
@@ -206,7 +207,9 @@ def train(
 
     startup = StartupTimes()
     ray_was_running = ray.is_initialized()
-    if resume is not None or not builds_without_ray(config):  # remote runners or learners: they need Ray
+    if resume is not None:
+        check_checkpoint_files(resume)  # a damaged checkpoint is named before anything starts
+    if not builds_without_ray(config if resume is None else saved_config(resume)):  # remote runners or learners
         ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
         startup.done("starting Ray")
     if resume is not None:

@@ -55,6 +55,18 @@ def check_checkpoint_files(path) -> None:
             raise CheckpointError(f"{file}: cannot be read ({type(err).__name__}: {err}); the checkpoint is damaged") from None
 
 
+def saved_config(path):
+    """The config a checkpoint's algorithm will be built from (RLlib's class-and-constructor
+    file), read without building it: what a resume needs to know before it starts anything."""
+    from ray.rllib.utils.checkpoints import Checkpointable
+
+    with open(Path(path).expanduser() / Checkpointable.CLASS_AND_CTOR_ARGS_FILE_NAME, "rb") as f:
+        ctor = pickle.load(f)
+    args, kwargs = ctor["ctor_args_and_kwargs"]
+    config = args[0] if args else kwargs["config"]
+    return ctor["class"].get_default_config().update_from_dict(config) if isinstance(config, dict) else config
+
+
 def random_generator_states() -> dict:
     """This process's global random generators: torch (CPU and every GPU), numpy, Python."""
     return {

@@ -54,12 +54,20 @@ class _RayKeepingValues:
 
 
 class InProcess:
-    """Mixin for an ``Algorithm``: set up without starting Ray when ``builds_without_ray``, and
-    hand the learner's weights to a runner in this process without Ray's object store."""
+    """Mixin for an ``Algorithm``: set up and restore without starting Ray when
+    ``builds_without_ray``, and hand the learner's weights to a runner in this process without
+    Ray's object store."""
 
     def setup(self, config) -> None:
         with config_in_place_of_object_store() if builds_without_ray(config) else contextlib.nullcontext():
             super().setup(config)
+
+    def restore_from_path(self, path, *args, **kwargs):
+        """RLlib's restore, whose closing weight sync goes through Ray's object store: here as a
+        value when ``builds_without_ray``, so that a resumed main job starts no Ray either."""
+        local = builds_without_ray(self.config)
+        with config_in_place_of_object_store() if local else contextlib.nullcontext():
+            return super().restore_from_path(path, *args, **kwargs)
 
     def sync_runner_weights(self) -> None:
         """The learner's inference weights to the env runners. RLlib's ``sync_weights`` puts them

@@ -73,6 +73,7 @@ def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
     resumed = command(*args, "--resume", checkpoint, "--max-iterations", str(stopped_at + 1))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming {checkpoint} at iteration {stopped_at}" in resumed.stdout
+    assert "starting Ray" not in resumed.stdout  # its start-up line: the local job resumes without a Ray cluster
     assert [line.split()[1] for line in resumed.stdout.splitlines() if line.startswith("iter ")] == [str(stopped_at + 1)]
 
 
