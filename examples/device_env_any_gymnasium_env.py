@@ -13,8 +13,6 @@ What to expect: Acrobot's mean return rises from about -500 towards -100 within 
 
 import argparse
 
-import ray
-
 from rllib_gpuenv.rllib import DevicePPOConfig
 
 parser = argparse.ArgumentParser()
@@ -22,7 +20,6 @@ parser.add_argument("--env", default="Acrobot-v1")
 parser.add_argument("--iterations", type=int, default=40)
 args = parser.parse_args()
 
-ray.init(include_dashboard=False)
 config = (
     DevicePPOConfig()
     .environment(args.env)

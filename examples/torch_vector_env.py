@@ -23,7 +23,6 @@ import argparse
 
 import gymnasium as gym
 import numpy as np
-import ray
 import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
@@ -86,8 +85,7 @@ def parse_args(**defaults) -> argparse.Namespace:
 
 def train(config: DevicePPOConfig, iterations: int) -> None:
     """Build ``config``'s algorithm, say what env it steps, and print each iteration's mean return and length."""
-    ray.init(include_dashboard=False)
-    algo = config.build_algo()
+    algo = config.build_algo()  # in this process: with nothing remote, no Ray cluster is needed
     env = algo.env_runner.env
     print(f"env {env!r} on {env.device}, autoreset {env.metadata['autoreset_mode'].value}")
     for _ in range(iterations):
@@ -98,7 +96,6 @@ def train(config: DevicePPOConfig, iterations: int) -> None:
             f"  length {runners.get('episode_len_mean', float('nan')):5.1f}"
         )
     algo.stop()
-    ray.shutdown()
 
 
 if __name__ == "__main__":

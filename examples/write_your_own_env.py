@@ -93,12 +93,9 @@ def main() -> None:
     agree = all(torch.allclose(s, reference, rtol=0, atol=1e-9) for s in states.values())
     print("all backends agree" if agree else "backends DISAGREE")
 
-    # 2. PPO on the device, as for the suite's envs.
-    import ray
-
+    # 2. PPO on the device, as for the suite's envs (in this process: nothing remote, no Ray cluster).
     from rllib_gpuenv.rllib import DevicePPOConfig
 
-    ray.init(include_dashboard=False, log_to_driver=False)
     config = (
         DevicePPOConfig()
         .environment("Reach1D-v0")
@@ -114,7 +111,6 @@ def main() -> None:
         mean = result["env_runners"].get("episode_return_mean")  # absent until an episode has ended
         print(f"iter {i:3d}  mean return {'   none yet' if mean is None else f'{mean:7.2f}'}", flush=True)
     algo.stop()
-    ray.shutdown()
 
 
 if __name__ == "__main__":
