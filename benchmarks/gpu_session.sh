@@ -52,9 +52,13 @@ run)
         export PYTHONPATH=$PWD
     fi
     export PYTHONUNBUFFERED=1
+    # Every command stops by this deadline (the device call's limit is 600 s), so that a slow stage
+    # still leaves the archive of what it measured: a command killed from outside leaves nothing.
+    deadline=$((SECONDS + ${GPU_STAGE_BUDGET_S:-560}))
+    left() { local s=$((deadline - SECONDS)); echo $((s > 5 ? s : 5)); }
     bench() {  # bench DIR NAME ARGS...: results in $RES/DIR, the table in $RES/DIR/NAME.txt and here
         local dir=$RES/$1 name=$2; shift 2; mkdir -p "$dir"
-        python3 -m rllib_gpuenv.cli bench "$@" --plot --out "$dir" 2>>"$dir/$name.log" | tee "$dir/$name.txt" | tail -25
+        timeout "$(left)" python3 -m rllib_gpuenv.cli bench "$@" --plot --out "$dir" 2>>"$dir/$name.log" | tee "$dir/$name.txt" | tail -25
     }
     {
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "no nvidia-smi: no GPU here"
@@ -62,7 +66,7 @@ run)
     } | tee "$RES/machine.txt"
     for stage in $stages; do
         case $stage in
-        tests) python3 -m pytest -q -n 0 -p no:cacheprovider -rs tests/test_gpu.py tests/backends/test_cuda_compile.py tests/rllib/test_host_reads.py \
+        tests) timeout "$(left)" python3 -m pytest -v -n 0 -p no:cacheprovider -rs tests/test_gpu.py tests/backends/test_cuda_compile.py tests/rllib/test_host_reads.py \
                    tests/backends/test_backends_agree.py tests/backends/test_numba_cuda_sim.py 2>&1 | tee "$RES/tests.txt" | tail -25 ;;
         bench)
             bench . block_size block-size --num-envs 65536,1048576,16777216
