@@ -123,6 +123,9 @@ class DeviceRolloutsConfig:
                 "envs in its own process (this package's ids batched on its device, other ids through gymnasium's sync "
                 "vectorisation): leave it unset, or use RLlib's env runner (env_runner_cls=SingleAgentEnvRunner)"
             )
+        for flag in ("lean_update", "cuda_graphs"):  # the learners' update paths (rllib/lean_update.py)
+            if not isinstance(getattr(self, flag, True), bool):
+                raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.learner_layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {self.learner_layout!r}")
         if self.learner_layout == "colocated" and self.num_env_runners > 0:
