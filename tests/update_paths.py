@@ -54,18 +54,19 @@ def rllib_defaults(env: str, device: str = "cpu") -> DevicePPOConfig:
     )
 
 
-def updates(learner, rollouts, path: str, shuffle: bool = False) -> tuple[dict, list[dict]]:
-    """Weights and the metrics of each update, after ``rollouts`` updates from the learner's state now."""
+def updates(learner, rollouts, path: str, shuffle: bool = False, minibatch_sizes=None) -> tuple[dict, list[dict]]:
+    """Weights and the metrics of each update, after ``rollouts`` updates from the learner's state
+    now (in minibatches of the config's size, or of ``minibatch_sizes``, one per update)."""
     use(learner, path)
     torch.manual_seed(0)
     results = []
-    for rollout in rollouts:
+    for i, rollout in enumerate(rollouts):
         result = learner.update(
             batch=rollout_batch(rollout),
             rollout_length=rollout.length,
             timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: rollout.num_env_steps},
             num_epochs=learner.config.num_epochs,
-            minibatch_size=learner.config.minibatch_size,
+            minibatch_size=learner.config.minibatch_size if minibatch_sizes is None else minibatch_sizes[i],
             shuffle_batch_per_epoch=shuffle,  # False: RLlib's order, the minibatches in the batch's order
         )
         results.append({key: float(stats.peek()) for key, stats in result["default_policy"].items() if key in COMPARED})
@@ -73,9 +74,9 @@ def updates(learner, rollouts, path: str, shuffle: bool = False) -> tuple[dict, 
     return weights, results
 
 
-def ppo_runs(config: DevicePPOConfig, paths, rollouts: int = 3, shuffle: bool = False) -> tuple[dict, dict, object]:
-    """``updates`` through each of ``paths`` from one learner state; also the weights before and
-    the learner (its algorithm stopped)."""
+def ppo_runs(config: DevicePPOConfig, paths, rollouts: int = 3, **update_options) -> tuple[dict, dict, object]:
+    """``updates`` (with ``update_options``) through each of ``paths`` from one learner state;
+    also the weights before and the learner (its algorithm stopped)."""
     algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
@@ -88,7 +89,7 @@ def ppo_runs(config: DevicePPOConfig, paths, rollouts: int = 3, shuffle: bool = 
         for path in paths:
             learner.set_state(copy.deepcopy(start))
             assert learner._step_graph is None  # a graph would step the optimizer state the restore replaced
-            runs[path] = updates(learner, sampled, path, shuffle)
+            runs[path] = updates(learner, sampled, path, **update_options)
         return runs, start_weights, learner
     finally:
         algo.stop()

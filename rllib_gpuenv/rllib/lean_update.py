@@ -55,6 +55,8 @@ class LeanUpdate:
     graph_step_devices: tuple[str, ...] = ("cuda",)
     _step_graph: StepGraph | None = None
     _step_graph_failure: str | None = None  # why capture failed: eager updates from then on
+    _step_graph_changes = 0  # graphs replaced because the update's shapes changed
+    MAX_GRAPH_CHANGES = 3  # shapes that keep changing (each a new capture) make the eager loop cheaper
 
     def lean_loss(
         self, module_id: str, config, batch: TensorColumns, fwd_out: dict, metrics: bool, coefficients: dict
@@ -139,7 +141,7 @@ class LeanUpdate:
     def _graph_for(self, columns: TensorColumns, size: int, coefficients: dict) -> StepGraph | None:
         """The ``StepGraph`` for this update's shapes, or None where the eager loop runs: another
         device, ``cuda_graphs=False``, several learners (DDP's all-reduce), torch lr schedulers,
-        or after a failed capture."""
+        after a failed capture, or once the shapes have changed more than ``MAX_GRAPH_CHANGES`` times."""
         config = self.config
         if not (
             getattr(config, "cuda_graphs", True)
@@ -153,6 +155,12 @@ class LeanUpdate:
         graph = self._step_graph
         if graph is None or graph.signature != signature(columns, size) or graph.optimizers != optimizers:
             self._step_graph = None  # the old graph's memory goes first
+            if graph is not None:
+                self._step_graph_changes += 1
+            if self._step_graph_changes > self.MAX_GRAPH_CHANGES:
+                self._step_graph_failure = f"the update's shapes changed {self._step_graph_changes} times"
+                logger.warning("The gradient step is no longer captured as a CUDA graph: %s", self._step_graph_failure)
+                return None
             capture = self._device.type == "cuda"
             self._step_graph = StepGraph(self._graph_step, columns, size, coefficients, optimizers, capture=capture)
         return self._step_graph

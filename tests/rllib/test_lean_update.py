@@ -37,6 +37,15 @@ def test_the_static_step_shuffles_as_the_lean_update_does():
     assert_same(runs)
 
 
+def test_shapes_that_keep_changing_end_the_static_step_and_change_nothing(caplog):
+    sizes = [512, 256] * 3  # a new graph for each update after the first: changes 1, 2, 3, then eager
+    with caplog.at_level("WARNING", logger="rllib_gpuenv.rllib.lean_update"):
+        runs, _, learner = ppo_runs(cartpole_config(device="cpu", seed=0), (LEAN, STATIC), 6, minibatch_sizes=sizes)
+    assert learner._step_graph is None and learner._step_graph_failure == "the update's shapes changed 4 times"
+    assert "no longer captured as a CUDA graph" in caplog.text
+    assert_same(runs)
+
+
 @pytest.mark.parametrize(
     "double_q, loss, clip_by", [(True, "huber", "global_norm"), (False, "mse", "norm"), (True, "huber", "value")]
 )
