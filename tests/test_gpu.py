@@ -15,7 +15,7 @@ import torch
 from rllib_gpuenv import ENV_DEFS, make_vector_env
 from rllib_gpuenv.envs import SHIPPED_DEFS
 from tests.helpers import run_python
-from tests.update_paths import CAPTURED, LEAN, assert_same, dqn_updates, ppo_runs, rllib_defaults, updates
+from tests.update_paths import CAPTURED, LEAN, assert_same, dqn_updates, ppo_runs, rllib_defaults, use
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -289,22 +289,32 @@ def test_a_captured_dqn_update_trains_as_the_eager_one(double_q, loss):
 
 
 def test_a_captured_update_waits_for_the_gpu_per_update_not_per_step():
-    """The main job's update, 16 gradient steps: eagerly every step reads back (RLlib's NaN/inf
-    check); captured, only the update's end does (the metrics, the NaN/inf flag)."""
+    """The main job's update: eagerly every gradient step reads back (RLlib's NaN/inf check), so
+    8 epochs wait 16 times more than 4; captured, only the update's end does, however many steps."""
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
     from rllib_gpuenv.experiments import cartpole_config
+    from rllib_gpuenv.rllib.learner import rollout_batch
 
     algo = cartpole_config(device="cuda", seed=0).build_algo()
     try:
         learner, rollout = algo.learner_group._learner, algo.env_runner.sample()
+
+        def update(epochs: int) -> None:  # 4 minibatches of 512 per epoch
+            timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: 0}
+            learner.update(batch=rollout_batch(rollout), rollout_length=rollout.length, timesteps=timesteps,
+                           num_epochs=epochs, minibatch_size=512, shuffle_batch_per_epoch=True)  # fmt: skip
+
         counts = {}
         for path in (LEAN, CAPTURED):
-            updates(learner, [rollout, rollout], path)  # warm: the first update warms up and captures
-            counts[path] = count_syncs(lambda path=path: updates(learner, [rollout], path))
+            use(learner, path)
+            update(4)  # warms up and captures
+            update(4)
+            counts[path] = (count_syncs(lambda: update(4)), count_syncs(lambda: update(8)))
         assert learner._step_graph.graph is not None
     finally:
         algo.stop()
-    steps = algo.config.num_epochs * algo.config.device_batch_size // algo.config.minibatch_size
-    assert counts[CAPTURED] < steps <= counts[LEAN], counts
+    assert counts[CAPTURED][0] == counts[CAPTURED][1] and counts[LEAN][1] - counts[LEAN][0] >= 16, counts
 
 
 def test_a_step_that_cannot_be_captured_runs_eagerly_and_says_why(caplog):
