@@ -18,7 +18,8 @@
 #             on the GPU (bench update);
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml and gpu_cartpole_ppo_512envs.yaml, and the first
 #             with the gradient step eager: cuda_graphs false), DQN, and Pendulum
-#             PPO to -300, on the device path, 3 seeds each; one learner in the driver against one colocated
+#             PPO to -300, on the device path, 3 seeds each, with the GPU's utilisation sampled every 0.2 s;
+#   learners  one learner in the driver against one colocated
 #             learner actor on the GPU and the separate layout (an env runner and a learner sharing the GPU),
 #             with a rollout's trip through Ray from the GPU (bench learners). N learners need N GPUs (NCCL
 #             cannot put two on one): on a machine of several, run bench learners --learners 1,2,4.
@@ -38,13 +39,14 @@ pack)
     ;;
 run)
     # Stages (default: all; one device call has 10 minutes, so split them if need be).
-    stages=${2:-"tests bench training"}
+    stages=${2:-"tests bench training learners"}
     OUT=${OUT:-gpu_results}
     # The device tool brings back at most 8 files from $OUT: results are written to $RES and
     # packed into one archive there, $OUT/gpu_<stages>.tgz (unpack it into benchmarks/gpu/).
     RES=$(mktemp -d)
     mkdir -p "$OUT"
-    trap 'tar czf "$OUT/gpu_${stages// /_}.tgz" -C "$RES" . && echo "results: $OUT/gpu_${stages// /_}.tgz"' EXIT
+    sampler=
+    trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null; tar czf "$OUT/gpu_${stages// /_}.tgz" -C "$RES" . && echo "results: $OUT/gpu_${stages// /_}.tgz"' EXIT
     if [ -d .whl ]; then  # the lent machine: Ray and gymnasium travel as wheels
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
         export PYTHONPATH=/tmp/site:$PWD
@@ -76,6 +78,9 @@ run)
             bench . breakdown breakdown
             bench . update update --device cuda --minibatch-sizes 128,512,1024,4096 ;;
         training)
+            # utilisation.csv: the GPU's busy share and memory every 0.2 s while the stage trains
+            nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 >"$RES/utilisation.csv" 2>&1 &
+            sampler=$!
             bench . training training --contenders device --budget 60
             bench ppo_512envs training training --contenders device --budget 60 --device-config configs/gpu_cartpole_ppo_512envs.yaml
             sed 's/^    use_kl_loss: false.*/&\n    cuda_graphs: false/' configs/gpu_cartpole_ppo.yaml > "$RES/ppo_eager_step.yaml"
@@ -83,9 +88,11 @@ run)
             bench ppo_eager_step training training --contenders device --budget 60 --device-config "$RES/ppo_eager_step.yaml"
             bench . training_dqn training --task cartpole-dqn --contenders device --budget 90
             bench . training_pendulum training --task pendulum-ppo --contenders device --budget 90
+            kill "$sampler" 2>/dev/null; sampler= ;;
+        learners)
             bench . learners learners --device cuda --learners 1 --seeds 0,1,2 --budget 60 \
                 --config-file configs/gpu_cartpole_ppo_512envs.yaml ;;
-        *) echo "unknown stage $stage (tests, bench, training)" >&2 ;;
+        *) echo "unknown stage $stage (tests, bench, training, learners)" >&2 ;;
         esac
     done
     ;;
