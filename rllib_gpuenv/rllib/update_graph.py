@@ -1,6 +1,6 @@
 """The lean update's gradient step on a GPU: captured once as a CUDA graph, replayed per minibatch.
 
-A 64×64 network's gradient step is a few hundred tiny kernels launched from Python (forward,
+A 64×64 network's gradient step is over a hundred tiny kernels launched from Python (forward,
 loss, backward, clipping, the optimizer): the GPU waits on the launches, not on the math. A
 CUDA graph records the launches once and replays them in one call (``torch.cuda.CUDAGraph``;
 LeanRL does this for CleanRL's PPO). What a graph needs, and how ``StepGraph`` provides it:
