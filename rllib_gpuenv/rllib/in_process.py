@@ -81,7 +81,7 @@ class InProcess:
             group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
             return
         learner = self.learner_group._learner
-        if hasattr(runner, "set_module_weights"):
+        if hasattr(runner, "set_module_weights") and list(learner.module.keys()) == [DEFAULT_MODULE_ID]:
             runner.set_module_weights(learner.module[DEFAULT_MODULE_ID].state_dict(), learner._weights_seq_no)
             return
         state = self.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
