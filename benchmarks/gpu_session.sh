@@ -10,7 +10,7 @@
 #             per step or per rollout step, PPO trained on the GPU and restored on a CPU, two env
 #             runners sharing the GPU, a colocated learner actor stepping its envs on the GPU, the
 #             PPO and DQN updates captured as CUDA graphs against the eager ones: the same weights,
-#             one host sync per update, a step that cannot be captured falling back), the PTX
+#             host syncs per update, not per step, a step that cannot be captured falling back), the PTX
 #             compile for the device's compute capability, the simulator and host-read tests;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
 #             envs (MinAtar Breakout, an env with a 10x10x4 array each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown, the time per
