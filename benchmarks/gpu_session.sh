@@ -24,7 +24,9 @@
 #             with a rollout's trip through Ray from the GPU (bench learners). N learners need N GPUs (NCCL
 #             cannot put two on one): on a machine of several, run bench learners --learners 1,2,4.
 # Everything lands in $OUT (the device tool returns it); the figures go into
-# benchmarks/RESULTS.md with the GPU model and versions from machine.txt.
+# benchmarks/RESULTS.md with the GPU model and versions from machine.txt. Each call ends with the
+# issue's targets as far as its stage measured them; with every archive unpacked into
+# benchmarks/gpu/, `python -m rllib_gpuenv.bench.targets benchmarks/gpu` gives them all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,7 +58,7 @@ run)
     export PYTHONUNBUFFERED=1
     # Every command stops by this deadline (the device call's limit is 600 s), so that a slow stage
     # still leaves the archive of what it measured: a command killed from outside leaves nothing.
-    deadline=$((SECONDS + ${GPU_STAGE_BUDGET_S:-560}))
+    deadline=$((SECONDS + ${GPU_STAGE_BUDGET_S:-550}))
     left() { local s=$((deadline - SECONDS)); echo $((s > 5 ? s : 5)); }
     bench() {  # bench DIR NAME ARGS...: results in $RES/DIR, the table in $RES/DIR/NAME.txt and here
         local dir=$RES/$1 name=$2; shift 2; mkdir -p "$dir"
@@ -95,6 +97,7 @@ run)
         *) echo "unknown stage $stage (tests, bench, training, learners)" >&2 ;;
         esac
     done
+    timeout 20 python3 -m rllib_gpuenv.bench.targets "$RES" 2>/dev/null | tee "$RES/targets.txt"
     ;;
 *)
     echo "usage: $0 pack|run" >&2

@@ -1,5 +1,6 @@
 """Smoke test of every benchmark at tiny sizes: it runs, prints its table, writes JSON/CSV/PNG."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -158,3 +159,37 @@ def test_update(tmp_path):
         ("DQN", "RLlib's update"),
     }
     assert all(r["ms_per_step"] > 0 for r in rows) and {r["minibatch_size"] for r in rows} == {4096}
+
+
+def test_the_gpu_targets_are_read_from_gpu_results_only(tmp_path, capsys):
+    from rllib_gpuenv.bench import targets
+
+    gpu = {"gpu": "NVIDIA H100 80GB HBM3", "cuda": "13.0"}
+
+    def result(name: str, rows: list[dict], machine: dict = gpu) -> None:
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"machine": machine, "meta": {}, "rows": rows}))
+
+    scaling = [
+        {"contender": "ours: numba-cuda", "num_envs": 1 << 20, "env_steps_per_s": 3.5e9},
+        {"contender": "ours: torch (cuda)", "num_envs": 1 << 20, "env_steps_per_s": 1e9},
+        {"contender": "ours: numba-cuda (reuse, no checks)", "num_envs": 1 << 24, "env_steps_per_s": 1.9e10},
+    ]
+    result("scaling.json", scaling)
+    result("block_size.json", [{"num_envs": 1 << 24, "threads_per_block": 512, "env_steps_per_s": 2.2e10}])
+    result("sampling.json", [{"contender": "device runner", "device": "cuda", "num_envs": 65536, "env_steps_per_s": 6e7}])
+    result("training.json", [{"contender": "device", "seed": s, "time_to_target_s": t} for s, t in enumerate([4.0, 6.0, 5.0])])
+    cpu = [{"contender": "device", "seed": 0, "time_to_target_s": 1.0}]
+    result("ppo_512envs/training.json", cpu, machine={"cpu": "AMD EPYC"})  # a CPU's result measures no GPU target
+    verdicts = {row["target"]: (row["verdict"], row["value"]) for row in targets.check(str(tmp_path))}
+    assert verdicts == {
+        "numba-cuda / torch at 2^20 CartPole envs": ("met", 3.5),
+        "CartPole env-steps/s at 2^24 envs": ("met", 2.2e10),  # the best block size counts
+        "sampling with the policy at 65,536 envs": ("missed", 6e7),
+        "PPO to 475 (main job's file)": ("met", 5.0),  # the median of the seeds
+        "PPO to 475 (512-env file)": ("unmeasured", None),
+    }
+    targets.main([os.path.join(ROOT, "benchmarks")])  # the recorded results: measured on a CPU
+    out = capsys.readouterr().out
+    assert "GPU: none" in out and out.count("unmeasured") == len(targets.TARGETS)
