@@ -60,7 +60,10 @@ def saved_config(path):
     file), read without building it: what a resume needs to know before it starts anything."""
     from ray.rllib.utils.checkpoints import Checkpointable
 
-    with open(Path(path).expanduser() / Checkpointable.CLASS_AND_CTOR_ARGS_FILE_NAME, "rb") as f:
+    file = Path(path).expanduser() / Checkpointable.CLASS_AND_CTOR_ARGS_FILE_NAME
+    if not file.is_file():
+        raise CheckpointError(f"{Path(path).expanduser()}: has no {file.name}: not a checkpoint of an RLlib algorithm")
+    with open(file, "rb") as f:
         ctor = pickle.load(f)
     args, kwargs = ctor["ctor_args_and_kwargs"]
     config = args[0] if args else kwargs["config"]

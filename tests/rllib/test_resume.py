@@ -2,6 +2,7 @@
 run that went on, bit for bit (envs, random generators, episode window); damaged files are named."""
 
 import os
+import pathlib
 import shutil
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from rllib_gpuenv.experiments import cartpole_config
 from rllib_gpuenv.rllib import DevicePPO, DevicePPOConfig
-from rllib_gpuenv.rllib.checkpointing import CheckpointError
+from rllib_gpuenv.rllib.checkpointing import CheckpointError, saved_config
 from tests.helpers import run_python
 
 pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
@@ -98,6 +99,9 @@ def test_a_damaged_checkpoint_file_is_named(tmp_path):
     state_file.write_bytes(data[: len(data) // 2])  # a copy cut short
     with pytest.raises(CheckpointError, match=rf"{state_file}: cannot be read .*the checkpoint is damaged"):
         DevicePPO.from_checkpoint(path)
+    (pathlib.Path(path) / "class_and_ctor_args.pkl").unlink()  # what a resume reads first: the config
+    with pytest.raises(CheckpointError, match=r"has no class_and_ctor_args.pkl: not a checkpoint of an RLlib algorithm"):
+        saved_config(path)
 
 
 def test_checkpoints_written_before_the_layout_change_restore_and_train(tmp_path):
