@@ -95,11 +95,23 @@ def ppo_runs(config: DevicePPOConfig, paths, rollouts: int = 3, **update_options
         algo.stop()
 
 
+def storage(learner) -> dict[str, int]:
+    """Where each tensor a captured step reads or writes lives: the module's parameters and
+    buffers (target networks included) and the optimizers' state. A replayed graph uses these
+    addresses, so an update that replaced one of them would leave the graph on stale memory."""
+    where = {f"module.{k}": v.data_ptr() for k, v in learner.module["default_policy"].state_dict(keep_vars=True).items()}
+    for i, optimizer in enumerate(learner._optimizer_parameters):
+        for j, state in enumerate(optimizer.state.values()):
+            where |= {f"optimizer{i}.{j}.{k}": v.data_ptr() for k, v in state.items() if torch.is_tensor(v)}
+    return where
+
+
 def dqn_updates(
     path: str, double_q: bool, loss: str, clip_by: str = "global_norm", device: str = "cpu"
 ) -> tuple[dict, list[dict], object]:
     """Weights and metrics after three updates of 16 minibatches (the target network updated
-    between them) of a new DeviceDQN learner, on transitions from its own env runner; and the learner."""
+    between them) of a new DeviceDQN learner, on transitions from its own env runner; and the
+    learner, with ``storage`` after its first update and after its last (``learner.storages``)."""
     config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner=device, env_runners=device).debugging(seed=0)
     clip = {"global_norm": 2.0, "norm": 1.0, "value": 0.05}[clip_by]  # each clips some steps' gradients
     config.training(double_q=double_q, td_error_loss_fn=loss, target_network_update_freq=256)
@@ -116,6 +128,7 @@ def dqn_updates(
             batch = {k: v.repeat_interleave(9, dim=0)[:2048] for k, v in batch.items()}  # 16 minibatches of 128
             result = learner.update_on_draws(batch, {NUM_ENV_STEPS_SAMPLED_LIFETIME: 256 * (i + 1)})
             results.append({k: float(v.peek()) for k, v in result["default_policy"].items() if k in COMPARED})
+            learner.storages = [*getattr(learner, "storages", [])[:1], storage(learner)]
         return {k: v.detach().clone() for k, v in learner.module["default_policy"].state_dict().items()}, results, learner
     finally:
         algo.stop()

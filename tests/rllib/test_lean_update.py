@@ -11,7 +11,18 @@ from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 
 from rllib_gpuenv.experiments import cartpole_config
 from rllib_gpuenv.rllib import DevicePPOTorchLearner
-from tests.update_paths import LEAN, RLLIB, STATIC, assert_same, dqn_updates, ppo_runs, rllib_defaults
+from tests.update_paths import (
+    LEAN,
+    RLLIB,
+    STATIC,
+    assert_same,
+    dqn_updates,
+    ppo_runs,
+    rllib_defaults,
+    storage,
+    updates,
+    use,
+)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +46,28 @@ def test_the_static_step_shuffles_as_the_lean_update_does():
     graph = learner._step_graph
     assert graph.steps_warm == 2 * learner.config.num_epochs * 4 and graph.graph is None  # uncaptured on a CPU
     assert_same(runs)
+
+
+def test_updates_keep_in_place_every_tensor_a_captured_step_reads():
+    """What replaying a graph relies on: after its first update, a learner's parameters, target
+    networks and optimizer state stay where they are, through target-network syncs (DQN) and
+    KL-coefficient changes (PPO, RLlib's defaults), while their values change."""
+    _, _, dqn = dqn_updates(STATIC, double_q=True, loss="huber")
+    first, last = dqn.storages
+    assert first == last and any("target" in name for name in first)
+    assert dqn.last_update_ts_by_mid["default_policy"] > 0  # it did sync them
+
+    algo = rllib_defaults("GPUCartPole-v1").build_algo()
+    try:
+        learner = algo.learner_group._learner
+        use(learner, STATIC)
+        rollouts = [algo.env_runner.sample() for _ in range(3)]
+        updates(learner, rollouts[:1], STATIC)
+        first, kl = storage(learner), float(learner.curr_kl_coeffs_per_module["default_policy"])
+        updates(learner, rollouts[1:], STATIC)
+        assert storage(learner) == first and float(learner.curr_kl_coeffs_per_module["default_policy"]) != kl
+    finally:
+        algo.stop()
 
 
 def test_shapes_that_keep_changing_end_the_static_step_and_change_nothing(caplog):
