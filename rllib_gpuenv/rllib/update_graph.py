@@ -152,6 +152,7 @@ class StepGraph:
                 else:
                     group["capturable"] = capturable
         self.graph, self.outputs = graph, outputs
+        logger.info("The update's gradient step is captured as a CUDA graph: every later minibatch replays it")
 
 
 def signature(columns: TensorColumns, size: int) -> tuple:
