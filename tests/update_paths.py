@@ -7,6 +7,8 @@ import pytest
 import torch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
+from rllib_gpuenv.bench import update
+from rllib_gpuenv.bench.update import CAPTURED, LEAN, RLLIB  # noqa: F401 (the paths, for the tests)
 from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
 from rllib_gpuenv.rllib.dqn import WEIGHTS, n_step_transitions
 from rllib_gpuenv.rllib.learner import rollout_batch
@@ -29,15 +31,13 @@ COMPARED = (
     "td_error_mean",
     "gradients_default_optimizer_global_norm",
 )
-RLLIB, LEAN = "RLlib's update", "lean update"
-STATIC = "static-buffer step"  # the step a GPU captures, run uncaptured (on a CPU)
-CAPTURED = "captured step"  # on a GPU: the step replayed from a CUDA graph
+STATIC = "ours: static-buffer step"  # the step a GPU captures, run uncaptured on a CPU
 
 
 def use(learner, path: str) -> None:
-    """Make ``learner`` update through ``path``."""
-    learner.config.lean_update = path != RLLIB
-    learner.config.cuda_graphs = path in (STATIC, CAPTURED)
+    """Make ``learner`` update through ``path``: one of ``bench update``'s (RLLIB, LEAN, CAPTURED)
+    or STATIC, the captured path's step on a CPU."""
+    update.use(learner, CAPTURED if path == STATIC else path)
     learner.graph_step_devices = ("cuda", "cpu") if path == STATIC else ("cuda",)
 
 

@@ -56,6 +56,8 @@ def gpus(folder: str) -> set[str]:
 
 
 def _rate(rows: list[dict], contender: str, num_envs: int) -> float | None:
+    """A contender's env-steps/s at ``num_envs`` on a GPU. Sampling rows say their device; scaling
+    rows have none, their contender's name says it ("ours: torch (cuda)")."""
     for row in rows:
         if row.get("contender") == contender and row["num_envs"] == num_envs and row.get("device", "cuda").startswith("cuda"):
             return row["env_steps_per_s"]

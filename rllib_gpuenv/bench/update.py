@@ -166,7 +166,7 @@ def _paths(learner) -> list[str]:
 
 
 def use(learner, path: str) -> None:
-    """Make ``learner`` update through ``path`` (one of ours)."""
+    """Make ``learner`` update through ``path`` (CAPTURED, LEAN or RLLIB)."""
     learner.config.lean_update = path != RLLIB
     learner.config.cuda_graphs = path == CAPTURED
 

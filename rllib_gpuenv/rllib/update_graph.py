@@ -97,8 +97,10 @@ class StepGraph:
         for key, column in columns.items():
             buffers.columns[key].copy_(column)
         for key, value in coefficients.items():
-            target = buffers.coefficients[key]
-            target.copy_(value) if isinstance(value, torch.Tensor) else target.fill_(value)
+            if isinstance(value, torch.Tensor):
+                buffers.coefficients[key].copy_(value)
+            else:
+                buffers.coefficients[key].fill_(value)
         groups = [group for optimizer in self.optimizers for group in optimizer.param_groups]
         for lr, group in zip(self.learning_rates, groups):
             lr.fill_(group["lr"])
