@@ -153,6 +153,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+RAY_START_TIMED_OUT = "The current node timed out during startup"  # ray start, when its 30 s wait for the head ran out
+
+
 class RayNodes:
     """Real Ray nodes on this machine: ``ray start --block`` processes (a head, then workers), each
     with its own CPUs and custom resources, token authentication as a cluster has it; stopped by
@@ -160,6 +163,7 @@ class RayNodes:
     ``ray stop``. ``env`` is what a driver needs to join (``RAY_ADDRESS`` and the token)."""
 
     HANG_GUARD_S = 600
+    START_ATTEMPTS = 3
 
     def __init__(self, tmp_path, nodes: list[dict]):
         import secrets
@@ -182,35 +186,48 @@ class RayNodes:
 
     def __enter__(self) -> "RayNodes":
         import json
-        import time
 
         ray = os.path.join(os.path.dirname(sys.executable), "ray")
-        for i, node in enumerate(self.nodes):
-            if i == 0:
-                where = ["--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}", "--include-dashboard=false"]
-                where.append(f"--ray-client-server-port={free_port()}")
-            else:
-                where = [f"--address={self.address}"]
-            command = [
-                ray,
-                "start",
-                "--block",
-                *where,
-                f"--num-cpus={node['num_cpus']}",
-                f"--dashboard-agent-listen-port={free_port()}",
-            ]
-            if node.get("resources"):
-                command.append(f"--resources={json.dumps(node['resources'])}")
-            log = self.tmp_path / f"node{i}.log"
-            self.logs.append(log)
+        try:
+            for i, node in enumerate(self.nodes):
+                if i == 0:
+                    where = ["--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}", "--include-dashboard=false"]
+                    where.append(f"--ray-client-server-port={free_port()}")
+                else:
+                    where = [f"--address={self.address}"]
+                command = [ray, "start", "--block", *where, f"--num-cpus={node['num_cpus']}"]
+                command.append(f"--dashboard-agent-listen-port={free_port()}")
+                if node.get("resources"):
+                    command.append(f"--resources={json.dumps(node['resources'])}")
+                self._start(i, command)
+        except BaseException:
+            self.__exit__()  # the nodes that did start: a failed start leaves nothing running
+            raise
+        return self
+
+    def _start(self, i: int, command: list[str]) -> None:
+        """Start node ``i`` and wait until it says it runs. Ray gives a node 30 s to register with
+        the head (a fixed wait of its own); on a loaded machine that can run out, which says
+        nothing of the test: then the node is started again."""
+        import time
+
+        log = self.tmp_path / f"node{i}.log"
+        self.logs.append(log)
+        for attempt in range(self.START_ATTEMPTS):
             with open(log, "w") as out:
-                self.processes.append(subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT))
+                process = subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+            self.processes.append(process)
             deadline = time.monotonic() + self.HANG_GUARD_S
-            while "Ray runtime started" not in log.read_text():  # readiness, waited for
-                assert self.processes[-1].poll() is None, f"node {i} did not start:\n{log.read_text()[-3000:]}"
+            while "Ray runtime started" not in log.read_text() and process.poll() is None:  # readiness, waited for
                 assert time.monotonic() < deadline, f"node {i} has not started after a long wait:\n{log.read_text()[-3000:]}"
                 time.sleep(0.5)
-        return self
+            text = log.read_text()
+            if "Ray runtime started" in text:
+                return
+            self.processes.remove(process)  # it has exited
+            assert RAY_START_TIMED_OUT in text and attempt + 1 < self.START_ATTEMPTS, (
+                f"node {i} did not start:\n{text[-3000:]}"
+            )
 
     def __exit__(self, *exc) -> None:
         import shutil
