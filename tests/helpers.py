@@ -34,6 +34,27 @@ def tiny_main_job_file(folder, rollout_length: int = 4, iterations: int = 3) -> 
     return path
 
 
+def train_briefly(config, num_envs: int, rollout_length: int, iterations: int = 2):
+    """``config`` at test sizes on the CPU (``num_envs`` × ``rollout_length`` steps an iteration,
+    one epoch of two minibatches, seed 0), trained ``iterations`` times in this process (nothing
+    remote, no Ray). Returns the last result's ``env_runners`` metrics and the env runner; the
+    algorithm is stopped. Checks that every step sampled was counted."""
+    config = (
+        config.env_runners(num_envs_per_env_runner=num_envs)
+        .device_rollouts(rollout_length=rollout_length)
+        .devices(learner="cpu", env_runners="cpu")
+        .training(minibatch_size=num_envs * rollout_length // 2, num_epochs=1)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        metrics = [algo.train() for _ in range(iterations)][-1]["env_runners"]
+        assert metrics["num_env_steps_sampled_lifetime"] == iterations * num_envs * rollout_length
+        return metrics, algo.env_runner
+    finally:
+        algo.stop()
+
+
 def run_python(code: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (for registration and simulator tests)."""
     full_env = {**os.environ, **(env or {})}

@@ -226,7 +226,7 @@ def test_gymnax_envs_step_on_the_gpu_in_memory_shared_with_torch():
         jax.devices("gpu")
     except RuntimeError:
         pytest.skip("JAX sees no GPU (its CPU build)")
-    from rllib_gpuenv.jax_env import make_gymnax_env
+    from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
 
     gpu = make_gymnax_env("gymnax:CartPole-v1", 1024, torch.device("cuda"), {})
     cpu = make_gymnax_env("gymnax:CartPole-v1", 1024, torch.device("cpu"), {})

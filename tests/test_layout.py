@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import ROOT
 
 # Floors, bottom up: a module may import from its own floor and the ones below it.
-FLOORS = ["core", "backends", "envs", "registration wrappers jax_env", "rllib", "experiments", "bench", "cli"]
+FLOORS = ["core", "backends", "envs", "registration wrappers jax_envs", "rllib", "experiments", "bench", "cli"]
 FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts.split()}
 # Earlier names of moved modules: each is the moved module itself.
 MOVED = {
@@ -21,6 +21,7 @@ MOVED = {
     "rllib_gpuenv.tune_resources": "rllib_gpuenv.experiments.tune_resources",
     "rllib_gpuenv.legacy": "rllib_gpuenv.experiments.legacy",
     "rllib_gpuenv.rllib_cli": "rllib_gpuenv.cli.rllib",
+    "rllib_gpuenv.jax_env": "rllib_gpuenv.jax_envs.gymnax_envs",
 }
 
 

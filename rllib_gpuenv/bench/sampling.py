@@ -14,7 +14,7 @@ them:
 - "stock RLlib runner (gymnasium CartPole-v1)": RLlib's ``SingleAgentEnvRunner`` on gymnasium's
   env, vectorised by gymnasium, as RLlib runs it by default (up to 4,096 envs: it is slow).
 
-With ``--env gymnax:<id>`` (gymnax's JAX envs, ``jax_env.py``; MinAtar's ``Breakout-MinAtar``
+With ``--env gymnax:<id>`` (gymnax's JAX envs, ``jax_envs/gymnax_envs.py``; MinAtar's ``Breakout-MinAtar``
 with the CNN of ``configs/gymnax_breakout_ppo.yaml``) the contenders are the env step alone (the
 torch ``VectorEnv`` over gymnax), the device runner, and gymnax's own rollout: ``rollout_length``
 steps of the vmapped env in one jit-compiled ``lax.scan``, random actions drawn in JAX, as
@@ -62,7 +62,7 @@ def _config(env: str, device: str):
         return cartpole_config(device=device, seed=0)
     if env in TWIN_FILES:
         return load_config(config_file(TWIN_FILES[env]), device=device, seed=0).config
-    from rllib_gpuenv.jax_env import make_gymnax_env
+    from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
 
     image = len(make_gymnax_env(env, 1, torch.device("cpu"), {}).single_observation_space.shape) == 3
     name = "gymnax_breakout_ppo.yaml" if image else "gpu_cartpole_ppo.yaml"
@@ -118,7 +118,7 @@ def _stock_runner(rollout_length: int):
 
 def _gymnax_env_alone(env: str, device: str):
     def make(n: int):
-        from rllib_gpuenv.jax_env import make_gymnax_env
+        from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
 
         vector_env = make_gymnax_env(env, n, torch.device(device), {})
         vector_env.reset(seed=0)
@@ -134,7 +134,7 @@ def _gymnax_rollout(env: str, device: str, rollout_length: int):
     def make(n: int):
         import jax
 
-        from rllib_gpuenv.jax_env import make_gymnax_env
+        from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
 
         vector_env = make_gymnax_env(env, n, torch.device(device), {})
         vector_env.reset(seed=0)

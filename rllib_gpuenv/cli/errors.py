@@ -29,13 +29,19 @@ EXTRAS = {
     "numba_cuda": "cuda",
     "jax": "jax",
     "gymnax": "jax",
+    "brax": "brax",
+    "mujoco": "brax",
 }
 
 
 def missing_extra(err: BaseException) -> str | None:
     """What to say when ``err`` is an optional dependency that is missing: the module and the
     ``pip install`` of the extra that brings it (None for anything else)."""
-    text = f"{getattr(err, 'name', None) or ''} {err}"
+    name = getattr(err, "name", None)
+    named = re.search(r'pip install "rllib_gpuenv\[(\w+)\]"', str(err))
+    if name and named:  # the error names the extra itself (a Brax env without jax needs brax's, not jax's)
+        return f'{name} is not installed: pip install "rllib_gpuenv[{named.group(1)}]"'
+    text = f"{name or ''} {err}"
     for module, extra in EXTRAS.items():
         if re.search(rf"\b{module}\b", text):
             return f'{module} is not installed: pip install "rllib_gpuenv[{extra}]"'

@@ -1,7 +1,7 @@
 """Env ids in experiment files: checked before Ray starts, and named so that any process builds them.
 
 An experiment's ``env`` is a gymnasium id (the suite's ``GPUCartPole-v1``, yours as
-``"your_module:Env-v0"``, gymnasium's own), one of gymnax's JAX envs (``"gymnax:<id>"``) or a
+``"your_module:Env-v0"``, gymnasium's own), one of gymnax's or Brax's JAX envs (``"gymnax:<id>"``, ``"brax:<name>"``) or a
 ``tune.register_env`` name. A wrong one is an
 ``ExperimentError`` with close matches now, not a failure inside a trial.
 """
@@ -62,11 +62,11 @@ def check_env(env: Any, where: str) -> None:
 
     if not isinstance(env, str):
         return
-    if env.startswith("gymnax:"):  # gymnax's JAX envs are no gymnasium ids: gymnax must have it (jax_env.py)
-        from rllib_gpuenv.jax_env import check_gymnax_id
+    from rllib_gpuenv.jax_envs import check_jax_id, is_jax_id
 
+    if is_jax_id(env):  # JAX envs are no gymnasium ids: their library must have it (jax_envs/)
         try:
-            check_gymnax_id(env)
+            check_jax_id(env)
         except (ValueError, ImportError) as err:
             raise key_error(where, "env", one_line(err)) from None
         return
@@ -154,16 +154,18 @@ def vectorize_our_env(config: Any, settings: dict | None = None) -> None:
 
 
 def check_env_runner(config: Any, where: str) -> None:
-    """gymnax's envs (``"gymnax:<id>"``) run on the device env runner only: RLlib's own runner
-    would hand the id to gymnasium, which has no such env."""
+    """JAX envs (``"gymnax:<id>"``, ``"brax:<name>"``) run on the device env runner only: RLlib's
+    own runner would hand the id to gymnasium, which has no such env."""
     from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
 
     runner = config.env_runner_cls
     device = isinstance(runner, type) and issubclass(runner, DeviceEnvRunner)
-    if isinstance(config.env, str) and config.env.startswith("gymnax:") and not device:
+    from rllib_gpuenv.jax_envs import is_jax_id
+
+    if is_jax_id(config.env) and not device:
         raise key_error(
             where,
             "env",
-            f"{config.env!r} is one of gymnax's JAX envs, which run on the device env runner only: use DevicePPO or "
+            f"{config.env!r} is one of gymnax's or Brax's JAX envs, which run on the device env runner only: use DevicePPO or "
             "DeviceDQN (run: DevicePPO), or env_runner_cls=DeviceEnvRunner",
         )

@@ -44,6 +44,7 @@ from ray.rllib.utils.metrics import (
 
 from rllib_gpuenv.core.devices import resolve_device
 from rllib_gpuenv.envs import env_definition, make_vector_env
+from rllib_gpuenv.jax_envs import check_jax_id, is_jax_id, make_jax_env
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.autoreset import StepReader
 from rllib_gpuenv.rllib.rollout import Rollout
@@ -80,22 +81,19 @@ def check_prefixed_id(env_spec: str) -> None:
     one it registered. gymnasium itself would fall back to any env of that name, so that
     ``"gymnax:CartPole-v1"`` silently trained on gymnasium's own CPU CartPole.
 
-    ``"gymnax:<id>"`` is one of gymnax's JAX envs (``jax_env.py``): gymnax must be installed and
-    have it. Otherwise, where the import is new, the id must be one it registered (or registered
+    ``"gymnax:<id>"`` and ``"brax:<name>"`` are gymnax's and Brax's JAX envs (``jax_envs/``): the
+    library must be installed and have it. Otherwise, where the import is new, the id must be one it registered (or registered
     again); where the module was imported before, the id's entry point must not be gymnasium's
     own, nor the suite's (``rllib_gpuenv``'s) unless the module is this package."""
     module, name = env_spec.split(":", 1)
     top = module.split(".")[0]
-    if module == "gymnax":
-        from rllib_gpuenv.jax_env import check_gymnax_id
-
-        check_gymnax_id(env_spec)
+    if is_jax_id(env_spec):
+        check_jax_id(env_spec)
         return
     if top in ("gymnax", "brax"):
         raise ValueError(
-            f"{env_spec!r}: {top} registers no gymnasium env {name!r} (its envs are JAX functions), and the device env "
-            f"runner steps gymnax's envs only ('gymnax:<id>'), not Brax's yet: wrap the env in a torch gymnasium "
-            f"VectorEnv (README: 'Bring your own device env'), or drop the '{module}:' prefix for a gymnasium id"
+            f"{env_spec!r}: {top} registers no gymnasium env {name!r} (its envs are JAX functions): write "
+            f"'{top}:{name}' for its JAX env on the device env runner, or drop the '{module}:' prefix for a gymnasium id"
         )
     newly_imported = module not in sys.modules
     before = gym.registry.get(name)
@@ -145,17 +143,15 @@ def make_device_env(
       ``gym_env_vectorize_mode="vector_entry_point"``). It gets ``num_envs`` and the runner's
       ``device`` besides ``env_config``, and runs as it is if it returns tensors (on ``device``);
       one that returns numpy is wrapped in ``DeviceEnv``.
-    * ``"gymnax:<id>"``: gymnax's JAX env, jit-compiled and vmapped on the device, sharing its
-      arrays with torch (``jax_env.py``); ``env_config`` sets fields of its params.
+    * ``"gymnax:<id>"``, ``"brax:<name>"``: gymnax's or Brax's JAX env, jit-compiled and vmapped on
+      the device, sharing its arrays with torch (``jax_envs/``); ``env_config`` sets its params.
     * Any other gymnasium id is vectorised by gymnasium (``sync``) and wrapped in ``DeviceEnv``.
     """
     env_config = {
         k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
     }
-    if isinstance(env_spec, str) and env_spec.startswith("gymnax:"):
-        from rllib_gpuenv.jax_env import make_gymnax_env
-
-        return make_gymnax_env(env_spec, num_envs, device, env_config)
+    if is_jax_id(env_spec):
+        return make_jax_env(env_spec, num_envs, device, env_config)
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
         check_prefixed_id(env_spec)
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:

@@ -161,8 +161,8 @@ def test_an_env_without_an_autoreset_mode_fails_naming_the_choices():
     "env_id, message",
     [
         (
-            "brax:ant",
-            r"^'brax:ant': brax registers no gymnasium env 'ant' \(its envs are JAX functions\), and the device env ",
+            "brax.envs:ant",
+            r"^'brax.envs:ant': brax registers no gymnasium env 'ant' \(its envs are JAX functions\): write 'brax:ant' ",
         ),
         ("gymnax:NoSuchEnv-v0", r"^'gymnax:NoSuchEnv-v0': gymnax has no env 'NoSuchEnv-v0': gymnax's envs: CartPole-v1, "),
         (

@@ -1,10 +1,10 @@
-"""gymnax's JAX envs on the device env runner (``rllib_gpuenv/jax_env.py``), with real jax on the
+"""gymnax's JAX envs on the device env runner (``rllib_gpuenv/jax_envs/gymnax_envs.py``), with real jax on the
 CPU, gymnax, gymnasium and Ray: the same CartPole equations as the suite's, SAME_STEP autoreset
 with the real final observation and the time limit as a truncation, arrays shared with torch
 (no copy, no host numpy), seeds and params, PPO (the shipped Breakout file's CNN too) and DQN
-training a few iterations, one-line errors for a wrong id, a missing extra or a stock runner,
-and ``bench sampling`` against gymnax's own rollout. The algorithms train in this process, without
-a Ray cluster (``rllib/in_process.py``)."""
+training a few iterations, one-line errors for a wrong id (Brax's too), a missing extra or a stock runner,
+and ``bench sampling`` against gymnax's own rollout. The algorithms train in this process,
+without a Ray cluster (``rllib/in_process.py``). Brax's envs: ``test_brax_envs.py``."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from rllib_gpuenv.bench import sampling, training
 from rllib_gpuenv.experiments import ExperimentError, load_config
 from rllib_gpuenv.experiments.settings import build_config
 from rllib_gpuenv.experiments.shipped import config_file
-from rllib_gpuenv.jax_env import GymnaxVectorEnv, make_gymnax_env
+from rllib_gpuenv.jax_envs import make_jax_env
+from rllib_gpuenv.jax_envs.gymnax_envs import GymnaxVectorEnv, make_gymnax_env
 from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
-from rllib_gpuenv.rllib.env_runner import check_prefixed_id
-from tests.helpers import run_python
+from tests.helpers import run_python, train_briefly
 
 CPU = torch.device("cpu")
 N = 16
@@ -123,45 +123,65 @@ def test_seeds_params_and_state():
 
 
 @pytest.mark.parametrize(
-    "env_spec, env_config, message",
+    "env_spec, env_config, error, message",
     [
-        ("gymnax:CartPole-v2", {}, r"^'gymnax:CartPole-v2': gymnax has no env 'CartPole-v2': did you mean CartPole-v1\? "),
+        (
+            "gymnax:CartPole-v2",
+            {},
+            ValueError,
+            r"^'gymnax:CartPole-v2': gymnax has no env 'CartPole-v2': did you mean CartPole-v1\? ",
+        ),
         (
             "gymnax:CartPole-v1",
             {"gravty": 1.0},
+            ValueError,
             r"^'gymnax:CartPole-v1': env_config 'gravty' is neither a field of gymnax's params for it \(.*gravity.*\) "
             r"nor an argument of CartPole\(\) \(none\)$",
         ),
+        ("brax:antt", {}, ValueError, r"^'brax:antt': Brax has no env 'antt': did you mean ant\? Brax's envs: ant, fast, "),
+        (
+            "brax:inverted_pendulum",
+            {"gravity": 1.0},
+            ValueError,
+            r"^'brax:inverted_pendulum': env_config 'gravity' is neither episode_length nor an argument of "
+            r"InvertedPendulum\(\) \(backend, n_frames, debug\)$",
+        ),
+        ("brax:inverted_pendulum", {"episode_length": 0}, ValueError, r"episode_length must be at least 1, not 0$"),
+        ("brax:fast", {"obs_mode": "dict_state"}, TypeError, r"^Brax env fast has dict observations \(.*one flat array"),
     ],
 )
-def test_a_wrong_id_or_param_fails_in_one_line(env_spec, env_config, message):
-    with pytest.raises(ValueError, match=message) as caught:
-        make_gymnax_env(env_spec, N, CPU, env_config)
+def test_a_wrong_id_param_or_observation_fails_in_one_line(env_spec, env_config, error, message):
+    with pytest.raises(error, match=message) as caught:
+        make_jax_env(env_spec, N, CPU, env_config)
     assert "\n" not in str(caught.value)
     if not env_config:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(error, match=message):
             DevicePPOConfig().environment(env_spec).validate()  # before anything is built
 
 
 def test_a_missing_extra_fails_in_one_line_naming_it():
+    """Without jax, a gymnax id names the ``jax`` extra; without Brax, or without the jax Brax
+    needs, a Brax id names the ``brax`` extra."""
     code = (
-        "import sys; sys.modules['jax'] = None\n"
+        "import sys\n"
         "from rllib_gpuenv.cli.errors import missing_extra\n"
-        "from rllib_gpuenv.jax_env import make_gymnax_env\n"
-        "try:\n    make_gymnax_env('gymnax:CartPole-v1', 1, 'cpu', {})\n"
-        "except ImportError as err:\n    print(err); print(missing_extra(err))\n"
+        "from rllib_gpuenv.jax_envs import make_jax_env\n"
+        "for blocked, env in [('jax', 'gymnax:CartPole-v1'), ('brax', 'brax:ant'), ('jax', 'brax:ant')]:\n"
+        "    sys.modules[blocked] = None\n"
+        "    try:\n        make_jax_env(env, 1, 'cpu', {})\n"
+        "    except ImportError as err:\n        print(err); print(missing_extra(err))\n"
+        "    del sys.modules[blocked]\n"
     )
     out = run_python(code)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == [
         'gymnax envs need jax and gymnax, and jax is not installed: pip install "rllib_gpuenv[jax]"',
         'jax is not installed: pip install "rllib_gpuenv[jax]"',
+        'Brax envs need jax and brax, and brax is not installed: pip install "rllib_gpuenv[brax]"',
+        'brax is not installed: pip install "rllib_gpuenv[brax]"',
+        'Brax envs need jax and brax, and jax is not installed: pip install "rllib_gpuenv[brax]"',
+        'jax is not installed: pip install "rllib_gpuenv[brax]"',
     ]
-
-
-def test_brax_ids_say_they_are_not_stepped_yet():
-    with pytest.raises(ValueError, match=r"^'brax:ant': .*steps gymnax's envs only \('gymnax:<id>'\), not Brax's yet"):
-        check_prefixed_id("brax:ant")
 
 
 def test_experiments_check_gymnax_ids_before_ray_starts():
@@ -287,24 +307,11 @@ def breakout_file_config():
 def test_device_ppo_trains_on_gymnax_envs(env):
     """CartPole with PPO's default MLP; Breakout with the shipped experiment file's settings, at test sizes."""
     config = DevicePPOConfig().environment(env) if env.endswith("CartPole-v1") else breakout_file_config()
-    config = (
-        config.env_runners(num_envs_per_env_runner=16)
-        .device_rollouts(rollout_length=32)
-        .devices(learner="cpu", env_runners="cpu")
-        .training(minibatch_size=256, num_epochs=1)
-        .debugging(seed=0)
-    )
-    algo = config.build_algo()
-    try:
-        results = [algo.train() for _ in range(2)]
-        runners = results[-1]["env_runners"]
-        assert runners["num_env_steps_sampled_lifetime"] == 2 * 16 * 32
-        assert runners["episode_len_mean"] > 0  # real episodes ended and were counted
-        assert isinstance(algo.env_runner.env.unwrapped, GymnaxVectorEnv)
-        if "MinAtar" in env:
-            assert "CNN" in type(algo.env_runner.module.encoder.actor_encoder).__name__
-    finally:
-        algo.stop()
+    metrics, runner = train_briefly(config, num_envs=16, rollout_length=32)
+    assert metrics["episode_len_mean"] > 0  # real episodes ended and were counted
+    assert isinstance(runner.env.unwrapped, GymnaxVectorEnv)
+    if "MinAtar" in env:
+        assert "CNN" in type(runner.module.encoder.actor_encoder).__name__
 
 
 def test_device_dqn_trains_on_a_gymnax_env():

@@ -1,0 +1,155 @@
+"""What JAX envs share on the device env runner: ``JaxVectorEnv``, a torch ``VectorEnv`` over one
+jit-compiled, vmapped ``reset`` and ``step`` on the JAX device that is the runner's torch device
+(``cpu`` to JAX's CPU, ``cuda:i`` to JAX's GPU ``i``), with arrays handed across through DLPack
+both ways: torch and JAX read the same memory, so actions and observations never visit the host.
+
+A family of JAX envs (``gymnax_envs.py``, ``brax_envs.py``) only says how its env is reset and
+stepped over ``num_envs`` envs, as two functions made by ``jax.jit``:
+
+* ``reset(key, params) -> (key, state, obs)``
+* ``step(key, state, actions, params) -> (key, state, (obs, final_obs), rewards, (terminated, truncated))``
+
+where each call splits ``key`` (one key per env), an env that ended starts its next episode in
+the same call (SAME_STEP autoreset: the observation it ended on is ``final_obs``, so a truncated
+episode bootstraps from its real last observation and no step is spent on a reset) and where both
+flags hold the termination wins, as in gymnasium. Everything here (seeding, the crossing to and
+from torch, checkpoints) is written once for every family.
+
+On a GPU, JAX would take 75% of the GPU's memory when it first uses it; ``import_jax_package``
+turns that off (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` where it is not set), so that torch has the rest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+
+def import_jax_package(name: str, extra: str, what: str):
+    """The module ``name`` (a JAX env library), or a one-line error naming the extra that installs it."""
+    # read when JAX first uses a GPU: leave its memory to torch, unless told otherwise
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        missing = (err.name or name).split(".")[0]  # the package that is not there
+        raise ModuleNotFoundError(
+            f'{what} need jax and {name.split(".")[0]}, and {missing} is not installed: pip install "rllib_gpuenv[{extra}]"',
+            name=missing,
+        ) from None
+
+
+def jax_device(device: torch.device):
+    """The JAX device that is torch's ``device``: its CPU, or the GPU of the same index."""
+    import jax
+
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type != "cuda":
+        raise ValueError(f"JAX envs run on a CPU or a CUDA GPU, not on {device}")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        raise ValueError(
+            f"the env runner works on {device}, but this jax sees no GPU (the CPU build): install its CUDA build "
+            '(pip install -U "jax[cuda]"), or put the env runner on the CPU (devices(env_runners="cpu"))'
+        ) from None
+    return gpus[torch.cuda.current_device() if device.index is None else device.index]
+
+
+class JaxVectorEnv(gym.vector.VectorEnv):
+    """``num_envs`` JAX envs stepped by one family's jit-compiled ``functions`` (``reset``, ``step``)
+    on ``device``; tensors in and out, shared with JAX (DLPack). ``params`` is passed to both
+    functions as it is (a pytree, or None)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device,
+        single_observation_space: gym.Space,
+        single_action_space: gym.Space,
+        functions: tuple[Callable, Callable],
+        params=None,
+        max_episode_steps: int | None = None,
+    ):
+        import jax
+
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.jax_device = jax_device(self.device)
+        self.single_observation_space = single_observation_space
+        self.single_action_space = single_action_space
+        self.observation_space = batch_space(single_observation_space, num_envs)
+        self.action_space = batch_space(single_action_space, num_envs)
+        self.max_episode_steps = max_episode_steps
+        discrete = isinstance(single_action_space, gym.spaces.Discrete)
+        self._action_dtype = torch.int32 if discrete else torch.float32
+        self._params = None if params is None else jax.device_put(params, self.jax_device)
+        self._reset, self._step = functions
+        self._key = self._state = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Every env's first observation. ``seed`` starts a ``jax.random.key(seed)`` that every
+        later reset and step splits; the env keeps no episode statistics (the runner does)."""
+        import jax
+
+        if seed is not None or self._key is None:
+            seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
+            self._key = jax.device_put(jax.random.key(seed), self.jax_device)
+        self._key, self._state, obs = self._reset(self._key, self._params)
+        return torch.from_dlpack(obs), {}
+
+    def step(self, actions):
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        self._key, self._state, *out = self._step(self._key, self._state, self._to_jax(actions), self._params)
+        observations, rewards, flags = map(torch.from_dlpack, out)  # three arrays: each crossing costs ~10 us
+        (obs, final_obs), (terminated, truncated) = observations, flags
+        infos = {"final_obs": final_obs, "_final_obs": terminated | truncated}
+        return obs, rewards, terminated, truncated, infos
+
+    def _to_jax(self, actions):
+        """The actions as a JAX array on the env's device; a tensor's memory is shared (an
+        int64 action is cast to int32 first: JAX's default integers)."""
+        import jax
+
+        if not isinstance(actions, torch.Tensor):
+            actions = torch.as_tensor(np.asarray(actions))
+        return jax.dlpack.from_dlpack(actions.detach().to(self.device, self._action_dtype).contiguous())
+
+    # ------------------------------------------------------------------ checkpoints
+    def get_state(self) -> dict:
+        """The envs' states and the random key, as host numpy (for exact resume)."""
+        import jax
+
+        return {"key": np.asarray(jax.random.key_data(self._key)), "state": jax.device_get(self._state)}
+
+    def set_state(self, saved: dict) -> None:
+        import jax
+
+        self._key = jax.device_put(jax.random.wrap_key_data(saved["key"]), self.jax_device)
+        self._state = jax.device_put(saved["state"], self.jax_device)
+
+
+def split_keys(key, num_envs: int):
+    """``key`` split into the next key and one key per env (inside a jit-compiled function)."""
+    import jax
+
+    key, now = jax.random.split(key)
+    return key, jax.random.split(now, num_envs)
+
+
+def float_box(low, high, shape) -> gym.spaces.Box:
+    """A float32 ``Box`` of ``shape``, its bounds broadcast to it."""
+    low = np.broadcast_to(np.asarray(low, np.float32), shape)
+    high = np.broadcast_to(np.asarray(high, np.float32), shape)
+    return gym.spaces.Box(low, high, shape, np.float32)
