@@ -67,3 +67,10 @@ def test_python_dash_m_commands_run(module):
     proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "usage: rllib" in proc.stdout
+
+
+def test_the_files_started_first_exist():
+    from tests.conftest import LONGEST_FIRST
+
+    missing = [name for name in LONGEST_FIRST if not os.path.isfile(os.path.join(ROOT, "tests", name))]
+    assert not missing, f"tests/conftest.py's LONGEST_FIRST names files that are not there: {missing}"
