@@ -14,12 +14,13 @@ them:
 - "stock RLlib runner (gymnasium CartPole-v1)": RLlib's ``SingleAgentEnvRunner`` on gymnasium's
   env, vectorised by gymnasium, as RLlib runs it by default (up to 4,096 envs: it is slow).
 
-With ``--env gymnax:<id>`` (gymnax's JAX envs, ``jax_envs/gymnax_envs.py``; MinAtar's ``Breakout-MinAtar``
-with the CNN of ``configs/gymnax_breakout_ppo.yaml``) the contenders are the env step alone (the
-torch ``VectorEnv`` over gymnax), the device runner, and gymnax's own rollout: ``rollout_length``
-steps of the vmapped env in one jit-compiled ``lax.scan``, random actions drawn in JAX, as
-PureJaxRL steps its envs (no torch, no policy). Its ratio to the device runner is what stepping a
-JAX env through the runner costs, the policy included. Where this package writes the same env
+With ``--env gymnax:<id>`` or ``--env brax:<name>`` (JAX envs, ``jax_envs/``; MinAtar's
+``Breakout-MinAtar`` with the CNN of ``configs/gymnax_breakout_ppo.yaml``) the contenders are the
+env step alone (the torch ``VectorEnv`` over the JAX env), the device runner, and the library's
+own rollout: ``rollout_length`` steps of the vmapped env in one jit-compiled ``lax.scan``, random
+actions drawn in JAX, as PureJaxRL steps gymnax's envs and Brax's trainers step Brax's (in
+``brax.envs.training.wrap``); no torch, no policy. Its ratio to the device runner is what stepping
+a JAX env through the runner costs, the policy included. Where this package writes the same env
 (``TWINS``: gymnax's ``Breakout-MinAtar`` and ``GPUBreakout-MinAtar``, step for step the same),
 its env alone and the device runner on it join them: the same env, the same network, stepped by
 this package's kernel instead of through JAX.
@@ -39,14 +40,17 @@ import torch
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure
 from rllib_gpuenv.bench.scaling import POOL, Contender, _action_pool, _ours, interleaved_turns
 from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.jax_envs import is_jax_id, make_jax_env
 
-ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK, GYMNAX = (
+ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK, GYMNAX, BRAX = (
     "env step alone",
     "device runner",
     "device runner, RLlib's action draw",
     "stock RLlib runner (gymnasium CartPole-v1)",
     "gymnax's own rollout (jit + vmap + scan)",
+    "Brax's own rollout (jit + vmap + scan)",
 )
+OWN_ROLLOUTS = {GYMNAX: "gymnax's", BRAX: "Brax's"}  # a JAX env library's own rollout: whose it is
 CARTPOLE = "GPUCartPole-v1"
 TWINS = {"gymnax:Breakout-MinAtar": "GPUBreakout-MinAtar"}  # gymnax's env: this package's, step for step the same
 TWIN_FILES = {"GPUBreakout-MinAtar": "gpu_breakout_minatar_ppo.yaml"}
@@ -54,7 +58,7 @@ TWIN_FILES = {"GPUBreakout-MinAtar": "gpu_breakout_minatar_ppo.yaml"}
 
 def _config(env: str, device: str):
     """The device runner's settings: the shipped CartPole file's, with the Breakout file's CNN for
-    a gymnax env of image observations (MinAtar's)."""
+    a JAX env of image observations (MinAtar's)."""
     from rllib_gpuenv.experiments import cartpole_config, load_config
     from rllib_gpuenv.experiments.shipped import config_file
 
@@ -62,9 +66,7 @@ def _config(env: str, device: str):
         return cartpole_config(device=device, seed=0)
     if env in TWIN_FILES:
         return load_config(config_file(TWIN_FILES[env]), device=device, seed=0).config
-    from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
-
-    image = len(make_gymnax_env(env, 1, torch.device("cpu"), {}).single_observation_space.shape) == 3
+    image = len(make_jax_env(env, 1, torch.device("cpu"), {}).single_observation_space.shape) == 3
     name = "gymnax_breakout_ppo.yaml" if image else "gpu_cartpole_ppo.yaml"
     return load_config(config_file(name), device=device, seed=0).config.environment(env)
 
@@ -116,11 +118,9 @@ def _stock_runner(rollout_length: int):
     return make
 
 
-def _gymnax_env_alone(env: str, device: str):
+def _jax_env_alone(env: str, device: str):
     def make(n: int):
-        from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
-
-        vector_env = make_gymnax_env(env, n, torch.device(device), {})
+        vector_env = make_jax_env(env, n, torch.device(device), {})
         vector_env.reset(seed=0)
         pool = _action_pool(vector_env.action_space, vector_env.device)
         return lambda i: vector_env.step(pool[i % POOL])
@@ -129,14 +129,12 @@ def _gymnax_env_alone(env: str, device: str):
 
 
 def _gymnax_rollout(env: str, device: str, rollout_length: int):
-    """gymnax's own loop (see the module doc); each call waits for its result."""
+    """gymnax's own loop (see the module doc)."""
 
     def make(n: int):
         import jax
 
-        from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
-
-        vector_env = make_gymnax_env(env, n, torch.device(device), {})
+        vector_env = make_jax_env(env, n, torch.device(device), {})
         vector_env.reset(seed=0)
         single, params = vector_env.gymnax_env, vector_env._params
         actions = single.action_space(vector_env.params)
@@ -149,22 +147,61 @@ def _gymnax_rollout(env: str, device: str, rollout_length: int):
             state = step(jax.random.split(step_key, n), state, action, params)[1]  # gymnax resets ended envs itself
             return (key, state), None
 
-        rollout = jax.jit(lambda carry: jax.lax.scan(one_step, carry, None, length=rollout_length)[0])
-        carry = [(vector_env._key, vector_env._state)]
-
-        def call(_i):
-            carry[0] = jax.block_until_ready(rollout(carry[0]))
-
-        return call
+        return _scanned(one_step, (vector_env._key, vector_env._state), rollout_length)
 
     return make
 
 
+def _brax_rollout(env: str, device: str, rollout_length: int):
+    """Brax's own loop (see the module doc): its trainers' wrappers (vmap, the time limit, an
+    autoreset to each env's first state), actions uniform in [-1, 1]."""
+
+    def make(n: int):
+        import jax
+        from brax.envs.wrappers import training
+
+        vector_env = make_jax_env(env, n, torch.device(device), {})
+        wrapped = training.wrap(vector_env.brax_env, episode_length=vector_env.max_episode_steps)
+        keys = jax.device_put(jax.random.split(jax.random.PRNGKey(0), n + 1), vector_env.jax_device)
+        size = (n, vector_env.brax_env.action_size)
+
+        def one_step(carry, _):
+            key, state = carry
+            key, action_key = jax.random.split(key)
+            return (key, wrapped.step(state, jax.random.uniform(action_key, size, minval=-1.0, maxval=1.0))), None
+
+        return _scanned(one_step, (keys[0], jax.jit(wrapped.reset)(keys[1:])), rollout_length)
+
+    return make
+
+
+def _scanned(one_step, carry, rollout_length: int):
+    """A call that runs ``rollout_length`` of ``one_step`` in one jit-compiled ``lax.scan`` from
+    the last call's carry, and waits for its result."""
+    import jax
+
+    rollout = jax.jit(lambda carry: jax.lax.scan(one_step, carry, None, length=rollout_length)[0])
+    last = [carry]
+
+    def call(_i):
+        last[0] = jax.block_until_ready(rollout(last[0]))
+
+    return call
+
+
 def contenders(device: str, rollout_length: int, env: str = CARTPOLE) -> list[tuple[Contender, int]]:
     """Each contender with the env steps per env of one call."""
-    if env != CARTPOLE and not env.startswith("gymnax:"):
-        raise ValueError(f"bench sampling --env {env!r}: it times {CARTPOLE} or one of gymnax's envs ('gymnax:<id>')")
+    if env != CARTPOLE and not is_jax_id(env):
+        raise ValueError(
+            f"bench sampling --env {env!r}: it times {CARTPOLE} or a JAX env, gymnax's ('gymnax:<id>') "
+            "or Brax's ('brax:<name>')"
+        )
     if env != CARTPOLE:
+        own = (
+            Contender(GYMNAX, _gymnax_rollout(env, device, rollout_length), device)
+            if env.startswith("gymnax:")
+            else Contender(BRAX, _brax_rollout(env, device, rollout_length), device)
+        )
         twin = TWINS.get(env)
         alone = _ours(twin, "auto", device, reuse_outputs=True, validate_actions=False)  # as the runner steps it
         mine = [
@@ -172,9 +209,9 @@ def contenders(device: str, rollout_length: int, env: str = CARTPOLE) -> list[tu
             (Contender(twin_name(DEVICE, twin), _device_runner(device, rollout_length, env=twin), device), rollout_length),
         ]
         return [
-            (Contender(ENV_ALONE, _gymnax_env_alone(env, device), device), 1),
+            (Contender(ENV_ALONE, _jax_env_alone(env, device), device), 1),
             (Contender(DEVICE, _device_runner(device, rollout_length, env=env), device), rollout_length),
-            (Contender(GYMNAX, _gymnax_rollout(env, device, rollout_length), device), rollout_length),
+            (own, rollout_length),
             *(mine if twin else []),
         ]
     return [
@@ -239,7 +276,7 @@ def twin_name(contender: str, twin: str | None) -> str:
 
 
 def results_name(env: str) -> str:
-    """``sampling`` for CartPole (its recorded name), ``sampling_<env>`` for a gymnax env (``gymnax-Breakout-MinAtar``)."""
+    """``sampling`` for CartPole (its recorded name), ``sampling_<env>`` for a JAX env (``gymnax-Breakout-MinAtar``)."""
     return "sampling" if env == CARTPOLE else f"sampling_{env.replace(':', '-')}"
 
 
@@ -252,6 +289,7 @@ def summary(rows: list[dict]) -> str:
         ["contender"] + [f"n={n:,}" for n in sizes], [[c] + [rate.get((c, n)) for n in sizes] for c in names]
     )
     twin = next((c for c in names if c.startswith(f"{DEVICE}: ")), None)  # on this package's twin of a gymnax env
+    own = next((c for c in names if c in OWN_ROLLOUTS), GYMNAX)  # a JAX env library's own rollout
     ratios = []
     for n in sizes:
         ours = rate.get((DEVICE, n))
@@ -263,12 +301,12 @@ def summary(rows: list[dict]) -> str:
                 ours / rate[(ENV_ALONE, n)] if (ENV_ALONE, n) in rate else None,
                 ours / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
                 ours / rate[(STOCK, n)] if (STOCK, n) in rate else None,
-                ours / rate[(GYMNAX, n)] if (GYMNAX, n) in rate else None,
+                ours / rate[(own, n)] if (own, n) in rate else None,
                 rate[(twin, n)] / ours if (twin, n) in rate else None,
             ]
         )
     headers = ["num_envs", "device runner / env alone", "our draw / RLlib's draw", "device runner / stock runner"]
-    headers += ["device runner / gymnax's rollout", "device runner on the twin / on gymnax's env"]
+    headers += [f"device runner / {OWN_ROLLOUTS[own]} rollout", "device runner on the twin / on gymnax's env"]
     present = [i for i in range(len(headers)) if i == 0 or any(row[i] is not None for row in ratios)]
     headers, ratios = [headers[i] for i in present], [[row[i] for i in present] for row in ratios]
     return text + "\n\nratios of the device runner's env-steps/s\n" + format_table(headers, ratios)
@@ -293,8 +331,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--env",
         default=CARTPOLE,
-        help="GPUCartPole-v1 (default), or one of gymnax's envs, e.g. gymnax:Breakout-MinAtar (against gymnax's own "
-        "rollout, and this package's GPUBreakout-MinAtar)",
+        help="GPUCartPole-v1 (default), or a JAX env: one of gymnax's, e.g. gymnax:Breakout-MinAtar (against gymnax's "
+        "own rollout, and this package's GPUBreakout-MinAtar), or Brax's, e.g. brax:ant (against Brax's own rollout)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per size; each point is the median")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="time each point at least this long (over all rounds)")

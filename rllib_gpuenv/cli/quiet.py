@@ -6,7 +6,8 @@ stack here), that the local Ray instance the command started uses token authenti
 private to the command), that ``RLModule(config=...)`` is deprecated (RLlib 2.60's own
 ``RLModule.__init__`` builds the deprecated config object for every module: the package does
 not pass one), that gputil is not installed (GPU monitoring the commands do not use), and, for
-gymnax's envs, that JAX found no TPU library (it looks for one on every machine).
+gymnax's envs, that JAX found no TPU library (it looks for one on every machine), and for Brax's,
+which JAX device MuJoCo's MJX uses (the runner chose it).
 ``quiet_start`` filters exactly these messages from their loggers, in this process and, through
 Ray's ``worker_process_setup_hook``, in the Ray workers the command starts. It is never applied
 on import: a user's own script keeps every message.
@@ -24,6 +25,7 @@ NOTICES = {
     "ray._common.deprecation": "`RLModule(config=[RLModuleConfig object])` has been deprecated",
     "ray.tune.utils.util": "Install gputil for GPU system monitoring",
     "jax._src.xla_bridge": "Unable to initialize backend 'tpu'",
+    "absl": "Using JAX default device",
 }
 # A warning (not a log record) dropped alike: once JAX runs (a gymnax env was checked), it warns at
 # every fork, and Ray starts its processes by fork and exec, where no JAX code runs in the child.

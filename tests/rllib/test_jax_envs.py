@@ -195,23 +195,18 @@ def test_experiments_check_gymnax_ids_before_ray_starts():
         build_config("PPO", "gymnax:CartPole-v1", {}, "<test>")
 
 
-def test_sampling_bench_against_gymnax_s_own_rollout(tmp_path):
-    """``bench sampling --env gymnax:CartPole-v1``: the device runner, the env alone and
-    gymnax's own jit + vmap + scan rollout, side by side."""
+@pytest.mark.parametrize("env, own", [("gymnax:CartPole-v1", sampling.GYMNAX), ("brax:fast", sampling.BRAX)])
+def test_sampling_bench_against_the_library_s_own_rollout(tmp_path, capsys, env, own):
+    """``bench sampling --env gymnax:CartPole-v1`` (or a Brax env): the device runner, the env
+    alone and the library's own jit + vmap + scan rollout, side by side."""
     rows = sampling.run(
-        [8],
-        rollout_length=4,
-        device="cpu",
-        rounds=1,
-        min_seconds=0.01,
-        out_dir=str(tmp_path),
-        env="gymnax:CartPole-v1",
-        plot=True,
+        [8], rollout_length=4, device="cpu", rounds=1, min_seconds=0.01, out_dir=str(tmp_path), env=env, plot=True
     )
-    assert {r["contender"] for r in rows} == {sampling.ENV_ALONE, sampling.DEVICE, sampling.GYMNAX}
+    assert {r["contender"] for r in rows} == {sampling.ENV_ALONE, sampling.DEVICE, own}
     assert all(r["env_steps_per_s"] > 0 for r in rows)
+    assert f"device runner / {sampling.OWN_ROLLOUTS[own]} rollout" in capsys.readouterr().out
     for kind in ("json", "png"):  # beside CartPole's sampling.json, not over it
-        assert (tmp_path / f"sampling_gymnax-CartPole-v1.{kind}").exists()
+        assert (tmp_path / f"sampling_{env.replace(':', '-')}.{kind}").exists()
 
 
 def test_sampling_bench_puts_this_package_s_breakout_beside_gymnax_s(tmp_path, capsys):
