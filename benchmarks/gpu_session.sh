@@ -11,7 +11,10 @@
 #             runners sharing the GPU, a colocated learner actor stepping its envs on the GPU, the
 #             PPO and DQN updates captured as CUDA graphs against the eager ones: the same weights,
 #             host syncs per update, not per step, a step that cannot be captured falling back), the PTX
-#             compile for the device's compute capability, the simulator and host-read tests;
+#             compile for the device's compute capability, the simulator and host-read tests. The JAX
+#             envs' GPU test (gymnax and Brax sharing GPU memory with torch) skips there: neither
+#             travels, their dependencies (matplotlib, pandas, scipy; MuJoCo) being over the 64 MiB
+#             a call carries beside Ray; it runs on a GPU machine of one's own with jax[cuda];
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling from 2^10 to 2^24
 #             envs (MinAtar Breakout, an env with a 10x10x4 array each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the iteration breakdown, the time per
 #             gradient step of the captured and the eager lean update against RLlib's and plain torch

@@ -216,34 +216,49 @@ def test_a_colocated_learner_steps_its_envs_on_its_gpu_without_a_host_sync_per_s
         ray.shutdown()
 
 
-def test_gymnax_envs_step_on_the_gpu_in_memory_shared_with_torch():
-    """``"gymnax:<id>"`` on ``cuda``: JAX steps the env on the GPU torch uses, observations are
-    torch tensors there in JAX's memory, the actions JAX reads are the tensor's, and the steps
-    are the CPU's (JAX's random numbers are the same on every device; float32 rounding aside).
-    Needs JAX's CUDA build (``pip install -U "jax[cuda]"``): skipped where JAX sees no GPU."""
+def jax_library_on_the_gpu(library: str):
+    """``library`` (gymnax, brax), where JAX's CUDA build sees a GPU; else the test is skipped,
+    saying why (neither travels to the lent GPU machine: their dependencies are over its 64 MiB)."""
     jax = pytest.importorskip("jax")
+    pytest.importorskip(library, reason=f"{library} is not installed here")
     try:
         jax.devices("gpu")
     except RuntimeError:
-        pytest.skip("JAX sees no GPU (its CPU build)")
-    from rllib_gpuenv.jax_envs.gymnax_envs import make_gymnax_env
+        pytest.skip("JAX sees no GPU (its CPU build): pip install -U 'jax[cuda]'")
 
-    gpu = make_gymnax_env("gymnax:CartPole-v1", 1024, torch.device("cuda"), {})
-    cpu = make_gymnax_env("gymnax:CartPole-v1", 1024, torch.device("cpu"), {})
+
+@pytest.mark.parametrize("env_spec", ["gymnax:CartPole-v1", "brax:inverted_pendulum"])
+def test_jax_envs_step_on_the_gpu_in_memory_shared_with_torch(env_spec):
+    """A JAX env on ``cuda``: JAX steps it on the GPU torch uses, observations are torch tensors
+    there in JAX's memory, the actions JAX reads are the tensor's, and the steps are the CPU's
+    (JAX's random numbers are the same on every device; float32 rounding aside)."""
+    jax_library_on_the_gpu(env_spec.split(":")[0])
+    from rllib_gpuenv.jax_envs import make_jax_env
+
+    n = 1024
+    gpu = make_jax_env(env_spec, n, torch.device("cuda"), {})
+    cpu = make_jax_env(env_spec, n, torch.device("cpu"), {})
     obs, _ = gpu.reset(seed=0)
     assert obs.device.type == "cuda"
     torch.testing.assert_close(obs.cpu(), cpu.reset(seed=0)[0])
     generator = torch.Generator().manual_seed(0)
-    agree = torch.ones(1024, dtype=torch.bool)  # envs whose episodes ended alike so far (rounding may move a rare end)
+    discrete = gpu.single_action_space.shape == ()
+
+    def draw():
+        if discrete:
+            return torch.randint(0, 2, (n,), generator=generator, dtype=torch.int32)
+        return torch.rand((n, *gpu.single_action_space.shape), generator=generator) * 2 - 1
+
+    agree = torch.ones(n, dtype=torch.bool)  # envs whose episodes ended alike so far (rounding may move a rare end)
     for _ in range(20):
-        actions = torch.randint(0, 2, (1024,), generator=generator, dtype=torch.int32)
+        actions = draw()
         on_gpu, on_cpu = gpu.step(actions.cuda()), cpu.step(actions)
         assert all(t.device.type == "cuda" for t in on_gpu[:4]) and on_gpu[4]["final_obs"].device.type == "cuda"
         final_gpu, final_cpu = on_gpu[4]["final_obs"].cpu(), on_cpu[4]["final_obs"]
         torch.testing.assert_close(final_gpu[agree], final_cpu[agree], rtol=1e-4, atol=1e-4)
         agree &= on_gpu[2].cpu() == on_cpu[2]
     assert agree.float().mean() > 0.99
-    actions = torch.ones(1024, dtype=torch.int32, device="cuda")
+    actions = draw().cuda()
     assert gpu._to_jax(actions).unsafe_buffer_pointer() == actions.data_ptr()
 
 
