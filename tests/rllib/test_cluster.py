@@ -1,6 +1,8 @@
 """A real two-node Ray cluster on this machine (two ``ray start --block`` processes, token
-authentication): DevicePPO and DeviceDQN with 2 colocated learners, one on each node, train,
-save, restore and train on."""
+authentication): DevicePPO and DeviceDQN with 2 colocated learners, one on each node, train;
+DevicePPO then saves, restores (placing new learners on both nodes) and trains on. DeviceDQN's
+restore does not repeat it here: it takes the same path, and its replay shards' restore is
+checked on one node (test_learners.py), which saves this test two learner starts."""
 
 import json
 
@@ -13,8 +15,8 @@ from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
 
 ray.init()
 results = {{}}
-for make, training in ((DevicePPOConfig, {{"minibatch_size": 32, "num_epochs": 1}}),
-                       (DeviceDQNConfig, {{"num_steps_sampled_before_learning_starts": 64}})):
+for make, training, resume in ((DevicePPOConfig, {{"minibatch_size": 32, "num_epochs": 1}}, True),
+                               (DeviceDQNConfig, {{"num_steps_sampled_before_learning_starts": 64}}, False)):
     config = (
         make().environment("GPUCartPole-v1").env_runners(num_envs_per_env_runner=8).device_rollouts(rollout_length=8)
         .learners(num_learners=2, custom_resources_per_learner={{"learner_slot": 1}}).debugging(seed=0)
@@ -23,12 +25,17 @@ for make, training in ((DevicePPOConfig, {{"minibatch_size": 32, "num_epochs": 1
     algo = config.build_algo()
     nodes = algo.call_learners(lambda learner: ray.get_runtime_context().get_node_id())
     steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(2)]
-    path = algo.save({path!r} + "/" + make.__name__).checkpoint.path
+    results[type(algo).__name__] = {{"nodes": nodes, "steps": steps}}
+    if resume:
+        path = algo.save({path!r} + "/" + make.__name__).checkpoint.path
     algo.stop()
-    restored = Algorithm.from_checkpoint(path)
-    steps.append(restored.train()["env_runners"]["num_env_steps_sampled_lifetime"])
-    restored.stop()
-    results[type(restored).__name__] = {{"nodes": nodes, "steps": steps}}
+    if resume:
+        restored = Algorithm.from_checkpoint(path)
+        results[type(algo).__name__]["restored_nodes"] = restored.call_learners(
+            lambda learner: ray.get_runtime_context().get_node_id()
+        )
+        steps.append(restored.train()["env_runners"]["num_env_steps_sampled_lifetime"])
+        restored.stop()
 print(json.dumps(results))
 """
 
@@ -42,4 +49,7 @@ def test_colocated_learners_train_on_two_nodes_and_resume(tmp_path):
     assert sorted(results) == ["DeviceDQN", "DevicePPO"]
     for algo, result in results.items():
         assert len(set(result["nodes"])) == 2, (algo, result)  # one learner on each node
-        assert result["steps"] == [128, 256, 384], (algo, result)  # 2 learners x 8 envs x 8 steps an iteration, resumed at 256
+    # 2 learners x 8 envs x 8 steps an iteration; PPO resumed at 256, its new learners on both nodes again
+    assert results["DeviceDQN"]["steps"] == [128, 256], results
+    assert results["DevicePPO"]["steps"] == [128, 256, 384], results
+    assert len(set(results["DevicePPO"]["restored_nodes"])) == 2, results
