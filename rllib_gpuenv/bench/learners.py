@@ -9,6 +9,8 @@ steps per iteration, and each learner trains on its share. The setups, side by s
   (one CPU each here, a GPU each on a GPU cluster), gradients all-reduced (``colocated.py``);
 - "N learners, separate": N env runners (one CPU each) feeding N learners through Ray.
 
+``--layouts`` picks the layouts beside the local learner (both by default).
+
 Each setup trains, per seed, from a fresh start until the last-100 mean return reaches
 ``--target`` (or ``--budget`` seconds): the time to target; then, after the first seed's run,
 ``--iterations`` more iterations after a warm-up for the throughput (env steps sampled and
@@ -34,28 +36,24 @@ from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, looku
 LAYOUTS = ("local", "colocated", "separate")
 
 
-def setups(counts: list[int]) -> list[dict]:
-    """The local learner, then colocated and separate learners for each count."""
+def setups(counts: list[int], layouts: tuple[str, ...] = ("colocated", "separate")) -> list[dict]:
+    """The local learner, then each of ``layouts`` (colocated, separate) for each count."""
+    unknown = sorted(set(layouts) - {"colocated", "separate"})
+    if unknown:
+        raise ValueError(f"unknown layout(s) {', '.join(unknown)}: choose from colocated, separate")
     rows = [{"setup": "1 learner, local", "layout": "local", "learners": 1, "num_learners": 0, "num_env_runners": 0}]
     for n in counts:
-        rows.append(
-            {
-                "setup": f"{n} learner(s), colocated",
-                "layout": "colocated",
-                "learners": n,
-                "num_learners": n,
-                "num_env_runners": 0,
-            }
-        )
-        rows.append(
-            {
-                "setup": f"{n} learner(s), separate",
-                "layout": "separate",
-                "learners": n,
-                "num_learners": n,
-                "num_env_runners": n,
-            }
-        )
+        for layout in ("colocated", "separate"):
+            if layout in layouts:
+                rows.append(
+                    {
+                        "setup": f"{n} learner(s), {layout}",
+                        "layout": layout,
+                        "learners": n,
+                        "num_learners": n,
+                        "num_env_runners": n if layout == "separate" else 0,
+                    }
+                )
     return rows
 
 
@@ -197,11 +195,12 @@ def run(
     out_dir: str = "bench_results",
     plot: bool = False,
     device: str = "cpu",
+    layouts: tuple[str, ...] = ("colocated", "separate"),
 ) -> list[dict]:
     """Every setup's throughput, then its time to target per seed; print the table, write the results."""
     import ray
 
-    rows = setups(counts)
+    rows = setups(counts, layouts)
     needed = max(1 + r["num_learners"] + r["num_env_runners"] for r in rows)  # the driver, learners and runners: a CPU each
     cores = os.cpu_count() or 1
     ray.init(
@@ -223,6 +222,7 @@ def run(
     print(format_table(["envs x steps", "MB", "ms per trip"], lines))
     meta = {
         "counts": counts,
+        "layouts": list(layouts),
         "seeds": seeds,
         "iterations": iterations,
         "target": target,
@@ -273,6 +273,11 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--learners", default="2", help="learner counts beside the local learner, e.g. '2' or '1,2,4' (default: %(default)s)"
     )
+    parser.add_argument(
+        "--layouts",
+        default="colocated,separate",
+        help="layouts beside the local learner: colocated, separate or both (default: %(default)s)",
+    )
     parser.add_argument("--seeds", default="0,1,2", help="seeds of the time-to-target runs (default: %(default)s)")
     parser.add_argument("--iterations", type=int, default=5, help="timed iterations per setup for the throughput")
     parser.add_argument("--target", type=float, default=475.0, help="last-100 mean return to reach (default: %(default)s)")
@@ -300,4 +305,5 @@ def run_from_args(args) -> None:
         args.out,
         args.plot,
         args.device,
+        tuple(args.layouts.split(",")),
     )

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.bench.runs import bench, outputs, tiny_dqn_file
 from tests.helpers import ROOT
 
@@ -133,7 +135,9 @@ def test_training_refuses_a_contender_the_task_lacks(tmp_path):
 
 
 def test_learners(tmp_path):
-    """One local learner beside 2 colocated and 2 separate ones: throughput, time to a small target, the rollout trip."""
+    """One local learner beside 2 colocated ones: throughput, time to a small target, the rollout trip. The
+    separate layout's setups are the same measurement with env runners (test_learner_setups); their
+    training is test_learners.py's, so this run leaves out their 4 actors."""
     config = tmp_path / "tiny.yaml"
     config.write_text(
         textwrap.dedent("""
@@ -159,12 +163,32 @@ def test_learners(tmp_path):
         "60",
         "--config-file",
         str(config),
+        "--layouts",
+        "colocated",
     )
     assert "a rollout's trip from an env runner to a learner" in out.stdout
     rows = outputs(tmp_path, "learners")["rows"]
-    assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2), ("separate", 2)]
-    assert [r["env_steps_per_iteration"] for r in rows] == [128, 256, 256]  # weak scaling: 16 envs x 8 steps per sampler
+    assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2)]
+    assert [r["env_steps_per_iteration"] for r in rows] == [128, 256]  # weak scaling: 16 envs x 8 steps per sampler
     assert all(r["env_steps_per_s"] > 0 and r["runs"][0]["seconds"] is not None for r in rows), rows
+
+
+def test_learner_setups():
+    """Each layout asked for, per learner count, after the local learner; the separate layout with as many env
+    runners as learners; an unknown layout is an error naming the choices."""
+    from rllib_gpuenv.bench.learners import setups
+
+    rows = setups([1, 2])
+    assert [(r["layout"], r["num_learners"], r["num_env_runners"]) for r in rows] == [
+        ("local", 0, 0),
+        ("colocated", 1, 0),
+        ("separate", 1, 1),
+        ("colocated", 2, 0),
+        ("separate", 2, 2),
+    ]
+    assert [r["layout"] for r in setups([2], ("separate",))] == ["local", "separate"]
+    with pytest.raises(ValueError, match="unknown layout.*colocted: choose from colocated, separate"):
+        setups([2], ("colocted",))
 
 
 def test_curves_of_runs_too_short_to_end_an_episode_still_plot(tmp_path):
