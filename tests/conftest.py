@@ -1,14 +1,17 @@
 import os
 
+import pytest
+
 # RLlib's utilities import JAX and flax wherever they are installed, for the old API stack's JAX
-# models that nothing here uses; the package's commands skip that import (cli/quiet.py). So do
-# the tests, their subprocesses and the Ray workers they start (they inherit this environment):
-# 1-2 s less in every process that imports RLlib. Tests of the JAX envs import JAX themselves.
-os.environ.setdefault("RLLIB_TEST_NO_JAX_IMPORT", "1")
+# models that nothing here uses. The package's commands skip that import (cli/quiet.py), and so do
+# the tests, their subprocesses and the Ray workers they start (they inherit the environment
+# variable it sets): 1-2 s less in every process that imports RLlib. The JAX envs' tests import
+# JAX themselves.
+from rllib_gpuenv.cli.quiet import without_rllib_jax_import
 
-import pytest  # noqa: E402
+without_rllib_jax_import()
 
-from tests.helpers import CPU_BACKENDS  # noqa: E402
+from tests.helpers import CPU_BACKENDS  # noqa: E402 (after the JAX import is turned off)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One of several test processes on this machine's cores (setup.cfg: -n 2): torch's thread per
@@ -25,22 +28,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # --no-loadscope-reorder keeps this order), so long files first and short ones last lets both end
 # together, rather than one waiting out the other's last long file (about 50 s when left to
 # xdist's order, which puts the files with the most tests first).
-LONGEST_FIRST = [
-    "rllib/test_learners.py",  # 134
-    "rllib/test_training.py",  # 120
-    "cli/test_rllib_train.py",  # 111
-    "bench/test_training_races.py",  # 100
-    "bench/test_benchmarks.py",  # 88
-    "rllib/test_dqn.py",  # 62
-    "test_examples.py",  # 60
-    "rllib/test_cluster.py",  # 41
-    "rllib/test_suite_training.py",  # 41
-    "experiments/test_tune_resources.py",  # 40
-    "rllib/test_resume.py",  # 39
-    "cli/test_main_job.py",  # 38
-    "envs/test_envs_vs_gymnasium.py",  # 36
-    "cli/test_job_submit.py",  # 30
-    "rllib/test_lean_update.py",  # 29
+LONGEST_FIRST = [  # measured 2026-11-25 on a 2-core machine slower than CI's (the suite: 890 s)
+    "rllib/test_learners.py",  # 188
+    "bench/test_benchmarks.py",  # 175
+    "rllib/test_training.py",  # 147
+    "cli/test_rllib_train.py",  # 139
+    "bench/test_training_races.py",  # 115
+    "rllib/test_dqn.py",  # 111
+    "test_examples.py",  # 81
+    "rllib/test_suite_training.py",  # 80
+    "rllib/test_cluster.py",  # 70
+    "rllib/test_resume.py",  # 64
+    "cli/test_job_submit.py",  # 56
+    "cli/test_main_job.py",  # 51
+    "experiments/test_tune_resources.py",  # 51
+    "rllib/test_brax_envs.py",  # 50
+    "rllib/test_jax_envs.py",  # 48
+    "cli/test_command_endings.py",  # 43
+    "rllib/test_lean_update.py",  # 35
 ]
 
 
