@@ -25,7 +25,7 @@ NOTICES = {
     "ray._common.deprecation": "`RLModule(config=[RLModuleConfig object])` has been deprecated",
     "ray.tune.utils.util": "Install gputil for GPU system monitoring",
     "jax._src.xla_bridge": "Unable to initialize backend 'tpu'",
-    "absl": "Using JAX default device",
+    "": "Using JAX default device",  # MuJoCo's MJX logs it on the root logger whenever a Brax env is traced
 }
 # A warning (not a log record) dropped alike: once JAX runs (a gymnax env was checked), it warns at
 # every fork, and Ray starts its processes by fork and exec, where no JAX code runs in the child.

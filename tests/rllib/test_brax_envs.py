@@ -106,3 +106,26 @@ def test_experiments_check_brax_ids_before_ray_starts():
         build_config("DevicePPO", "brax:antt", {}, "<test>")
     with pytest.raises(ExperimentError, match=r"JAX envs, which run on the device env runner only: use DevicePPO or "):
         build_config("PPO", "brax:ant", {}, "<test>")
+
+
+def test_the_commands_drop_mjx_s_device_notice(caplog):
+    """MuJoCo's MJX logs which JAX device it uses (on the root logger) whenever a Brax env's
+    functions are traced; the package's commands drop it (``cli/quiet.py``), a user's script keeps it."""
+    import logging
+
+    from rllib_gpuenv.cli import quiet
+
+    notice = "Using JAX default device"
+    caplog.set_level(logging.INFO)
+    make_jax_env(PENDULUM, 3, CPU, {"episode_length": LIMIT}).reset(seed=0)  # new sizes: traced again
+    assert notice in caplog.text
+    caplog.clear()
+    quiet.quiet_start()
+    try:
+        make_jax_env(PENDULUM, 5, CPU, {"episode_length": LIMIT}).reset(seed=0)
+        assert notice not in caplog.text
+    finally:  # this test process's loggers as they were
+        for name in quiet.NOTICES:
+            target = logging.getLogger(name)
+            for dropped in [f for f in target.filters if isinstance(f, quiet._DropNotice)]:
+                target.removeFilter(dropped)
