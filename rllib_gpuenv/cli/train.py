@@ -112,17 +112,19 @@ class StartupTimes:
     started), then each step named by ``done``."""
 
     def __init__(self):
-        self.parts = [("Python and imports", _seconds_since_process_start())]
+        self.parts = [("Python and imports", _seconds_since_process_start(), "")]
         self._last = time.perf_counter()
 
-    def done(self, part: str) -> None:
+    def done(self, part: str, detail: str = "") -> None:
+        """``part`` took the seconds since the last one; ``detail`` says where some of them went."""
         now = time.perf_counter()
-        self.parts.append((part, now - self._last))
+        self.parts.append((part, now - self._last, detail))
         self._last = now
 
     def summary(self) -> str:
-        total = sum(seconds for _, seconds in self.parts)
-        return f"ready after {total:.1f} s: " + ", ".join(f"{part} {seconds:.1f} s" for part, seconds in self.parts)
+        total = sum(seconds for _, seconds, _ in self.parts)
+        parts = (f"{part} {seconds:.1f} s" + (f" ({detail})" if detail else "") for part, seconds, detail in self.parts)
+        return f"ready after {total:.1f} s: " + ", ".join(parts)
 
 
 def _seconds_since_process_start() -> float:
@@ -220,7 +222,9 @@ def train(
         print(f"resuming {resume} at iteration {algo.iteration}")
     else:
         algo = config.build_algo()
-    startup.done("building the algorithm")
+    runner_env = getattr(getattr(algo, "env_runner", None), "env", None)
+    compile_s = getattr(getattr(runner_env, "unwrapped", None), "compile_s", None)  # a JAX env's, made in the build
+    startup.done("building the algorithm", f"of which compiling the JAX env {compile_s:.1f} s" if compile_s else "")
     loggers = ResultLoggers(directory, config.to_dict())
     criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
     print(

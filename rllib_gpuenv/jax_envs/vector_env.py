@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import time
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -96,6 +97,7 @@ class JaxVectorEnv(gym.vector.VectorEnv):
         self._params = None if params is None else jax.device_put(params, self.jax_device)
         self._reset, self._step = functions
         self._key = self._state = None
+        self.compile_s: float | None = None  # seconds ``compile()`` took, once it has run
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Every env's first observation. ``seed`` starts a ``jax.random.key(seed)`` that every
@@ -107,6 +109,23 @@ class JaxVectorEnv(gym.vector.VectorEnv):
             self._key = jax.device_put(jax.random.key(seed), self.jax_device)
         self._key, self._state, obs = self._reset(self._key, self._params)
         return torch.from_dlpack(obs), {}
+
+    def compile(self) -> float:
+        """Compile ``reset`` and ``step`` now rather than at their first calls: the device env
+        runner does it when it is built, so that a physics step's compile (Brax's, 10 s on a
+        2-core CPU) is not counted in the first training iteration. One call of each on a
+        throwaway key, whose results are dropped: nothing advances. Returns (and keeps, as
+        ``compile_s``) the seconds it took; later calls compile nothing."""
+        import jax
+
+        if self.compile_s is None:
+            start = time.perf_counter()
+            key = jax.device_put(jax.random.key(0), self.jax_device)
+            _, state, _ = self._reset(key, self._params)
+            actions = torch.zeros(self.action_space.shape, dtype=self._action_dtype, device=self.device)
+            jax.block_until_ready(self._step(key, state, self._to_jax(actions), self._params))
+            self.compile_s = time.perf_counter() - start
+        return self.compile_s
 
     def step(self, actions):
         if self._state is None:

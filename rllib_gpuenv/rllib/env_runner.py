@@ -145,13 +145,16 @@ def make_device_env(
       one that returns numpy is wrapped in ``DeviceEnv``.
     * ``"gymnax:<id>"``, ``"brax:<name>"``: gymnax's or Brax's JAX env, jit-compiled and vmapped on
       the device, sharing its arrays with torch (``jax_envs/``); ``env_config`` sets its params.
+      Its functions are compiled here (``JaxVectorEnv.compile``).
     * Any other gymnasium id is vectorised by gymnasium (``sync``) and wrapped in ``DeviceEnv``.
     """
     env_config = {
         k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
     }
     if is_jax_id(env_spec):
-        return make_jax_env(env_spec, num_envs, device, env_config)
+        env = make_jax_env(env_spec, num_envs, device, env_config)
+        env.compile()  # now, while the runner is built, not in the first iteration
+        return env
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
         check_prefixed_id(env_spec)
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:

@@ -21,6 +21,7 @@ from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.jax_envs import make_jax_env
 from rllib_gpuenv.jax_envs.gymnax_envs import GymnaxVectorEnv, make_gymnax_env
 from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
+from rllib_gpuenv.rllib.env_runner import make_device_env
 from tests.helpers import run_python, train_briefly
 
 CPU = torch.device("cpu")
@@ -103,6 +104,15 @@ def test_arrays_cross_between_jax_and_torch_without_a_copy(monkeypatch):
     assert obs.data_ptr() == observations.unsafe_buffer_pointer()
     assert info["final_obs"].data_ptr() == observations.unsafe_buffer_pointer() + obs.nbytes
     assert env._to_jax(actions).unsafe_buffer_pointer() == actions.data_ptr()
+
+
+def test_a_gymnax_env_is_compiled_when_the_runner_makes_it():
+    """As Brax's (test_brax_envs.py): the runner's int64 actions step the function compiled with the env."""
+    env = make_device_env("gymnax:CartPole-v1", 5, CPU, {}).unwrapped  # new sizes: compiled afresh
+    assert (env._reset._cache_size(), env._step._cache_size()) == (1, 1)
+    env.reset(seed=0)
+    env.step(torch.ones(5, dtype=torch.int64))
+    assert (env._reset._cache_size(), env._step._cache_size()) == (1, 1)
 
 
 def test_seeds_params_and_state():
