@@ -22,6 +22,11 @@ Tasks (``--task``):
   target 30. ``device``: DevicePPO with RLlib's CNN encoder (``configs/gymnax_breakout_ppo.yaml``,
   gymnax's JAX env on the runner's device); ``random``: a random policy on the same envs, the
   baseline (at most ``RANDOM_BUDGET_S`` seconds: it learns nothing).
+* ``inverted-pendulum-ppo``: continuous PPO on Brax's ``inverted_pendulum`` (Brax's JAX physics),
+  target 950 (gymnasium's reward threshold for InvertedPendulum). ``device``: DevicePPO
+  (``configs/brax_inverted_pendulum_ppo.yaml``); ``random``: a random policy on the same envs.
+  Brax's own PPO trainer is no contender: Brax 0.14's ``ppo.train`` calls
+  ``jax.device_put_replicated``, which the JAX that Brax installs with (0.10) no longer has.
 
 Every run happens in a fresh process, one after the other on the same machine, and records
 (seconds, env steps, mean return, gradient steps) after each iteration. The return criterion is the same for
@@ -192,6 +197,14 @@ TASKS = {
             start_return=0.4,
             contenders={"device": "ours: device path (DevicePPO, CNN)", "random": "random policy"},
             config_files={"device": "gymnax_breakout_ppo.yaml", "random": "gymnax_breakout_ppo.yaml"},
+            sb3=None,
+        ),
+        Task(
+            name="inverted-pendulum-ppo",
+            target=950.0,
+            start_return=5.0,  # a random policy's pole falls within about 5 steps
+            contenders={"device": "ours: device path (DevicePPO, Brax's env)", "random": "random policy"},
+            config_files={"device": "brax_inverted_pendulum_ppo.yaml", "random": "brax_inverted_pendulum_ppo.yaml"},
             sb3=None,
         ),
     )
@@ -701,14 +714,15 @@ def add_arguments(parser) -> None:
         choices=list(TASKS),
         default=DEFAULT_TASK,
         help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475; "
-        "breakout-ppo: PPO on gymnax's MinAtar Breakout to 30, against a random policy",
+        "breakout-ppo: PPO on gymnax's MinAtar Breakout to 30, against a random policy; inverted-pendulum-ppo: "
+        "PPO on Brax's inverted_pendulum to 950, against a random policy",
     )
     parser.add_argument(
         "--contenders",
         nargs="*",
         help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
         "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3; "
-        "breakout-ppo: device random",
+        "breakout-ppo and inverted-pendulum-ppo: device random",
     )
     parser.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
     parser.add_argument(

@@ -13,12 +13,15 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from rllib_gpuenv.experiments import ExperimentError
+from rllib_gpuenv.bench import training
+from rllib_gpuenv.experiments import ExperimentError, load_config
+from rllib_gpuenv.experiments.progress import RETURN_METRIC
 from rllib_gpuenv.experiments.settings import build_config
+from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.jax_envs import make_jax_env
 from rllib_gpuenv.jax_envs.brax_envs import BraxVectorEnv
 from rllib_gpuenv.rllib import DevicePPOConfig
-from rllib_gpuenv.rllib.env_runner import check_prefixed_id
+from rllib_gpuenv.rllib.env_runner import check_prefixed_id, make_device_env
 from tests.helpers import train_briefly
 
 CPU = torch.device("cpu")
@@ -108,21 +111,45 @@ def test_experiments_check_brax_ids_before_ray_starts():
         build_config("PPO", "brax:ant", {}, "<test>")
 
 
-def test_the_commands_drop_mjx_s_device_notice(caplog):
-    """MuJoCo's MJX logs which JAX device it uses (on the root logger) whenever a Brax env's
-    functions are traced; the package's commands drop it (``cli/quiet.py``), a user's script keeps it."""
+def test_the_shipped_file_and_its_race_against_a_random_policy():
+    """``configs/brax_inverted_pendulum_ppo.yaml`` stops at the race's target, and the race's random
+    baseline plays the file's envs with Box actions (its training: RESULTS.md, too long for a test)."""
+    task = training.TASKS["inverted-pendulum-ppo"]
+    assert set(task.contenders) == {"device", "random"}
+    experiment = load_config(config_file(task.config_files["device"]), device="cpu", seed=0)
+    assert experiment.stop[RETURN_METRIC] == task.target == 950
+    assert experiment.config.env == PENDULUM and experiment.config.env_config == {"episode_length": 1000}
+    result = training.run_one(task, "random", 0, task.target, budget_s=0.2)
+    seconds, steps, mean, _ = result["curve"][-1]
+    assert steps % (128 * 16) == 0 and 1.0 <= mean < 20.0  # a random push keeps the pole up a few steps
+
+
+def test_the_runner_s_env_is_compiled_when_made_and_the_commands_drop_mjx_s_notice(caplog):
+    """The runner's factory compiles the env's reset and step (``compile_s``: the seconds, which the
+    main job's start-up line reports); the first reset and step then compile nothing more, and the
+    throwaway calls advanced nothing (the same seed starts the same states as a fresh env).
+    MuJoCo's MJX logs which JAX device it uses (on the root logger) whenever a Brax env is traced;
+    the package's commands drop it (``cli/quiet.py``), a user's script keeps it."""
     import logging
 
     from rllib_gpuenv.cli import quiet
 
     notice = "Using JAX default device"
     caplog.set_level(logging.INFO)
-    make_jax_env(PENDULUM, 3, CPU, {"episode_length": LIMIT}).reset(seed=0)  # new sizes: traced again
+    env = make_device_env(PENDULUM, 6, CPU, {"episode_length": LIMIT}).unwrapped  # new sizes: compiled afresh
+    compiled = env._reset._cache_size(), env._step._cache_size()
+    assert compiled == (1, 1) and env.compile_s > 0 and env.compile() == env.compile_s
     assert notice in caplog.text
+    obs, _ = env.reset(seed=3)
+    env.step(torch.rand(6, 1) * 2 - 1)  # what the runner passes: float32 (num_envs, 1)
+    assert (env._reset._cache_size(), env._step._cache_size()) == compiled
+    again, _ = make_jax_env(PENDULUM, 6, CPU, {"episode_length": LIMIT}).reset(seed=3)
+    assert torch.equal(obs, again)
+
     caplog.clear()
     quiet.quiet_start()
     try:
-        make_jax_env(PENDULUM, 5, CPU, {"episode_length": LIMIT}).reset(seed=0)
+        make_jax_env(PENDULUM, 5, CPU, {"episode_length": LIMIT}).reset(seed=0)  # traced again
         assert notice not in caplog.text
     finally:  # this test process's loggers as they were
         for name in quiet.NOTICES:
