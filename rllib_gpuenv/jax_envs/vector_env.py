@@ -112,10 +112,11 @@ class JaxVectorEnv(gym.vector.VectorEnv):
 
     def compile(self) -> float:
         """Compile ``reset`` and ``step`` now rather than at their first calls: the device env
-        runner does it when it is built, so that a physics step's compile (Brax's, 10 s on a
-        2-core CPU) is not counted in the first training iteration. One call of each on a
-        throwaway key, whose results are dropped: nothing advances. Returns (and keeps, as
-        ``compile_s``) the seconds it took; later calls compile nothing."""
+        runner does it when it is built (where it will step the env), so that a physics env's
+        compile (Brax's pendulum: 15-20 s on a 2-core CPU) is not counted in the first training
+        iteration. One call of each on a throwaway key, whose results are dropped: nothing
+        advances. Returns (and keeps, as ``compile_s``) the seconds it took; later calls compile
+        nothing."""
         import jax
 
         if self.compile_s is None:

@@ -45,6 +45,7 @@ from ray.rllib.utils.metrics import (
 from rllib_gpuenv.core.devices import resolve_device
 from rllib_gpuenv.envs import env_definition, make_vector_env
 from rllib_gpuenv.jax_envs import check_jax_id, is_jax_id, make_jax_env
+from rllib_gpuenv.jax_envs.vector_env import JaxVectorEnv
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.autoreset import StepReader
 from rllib_gpuenv.rllib.rollout import Rollout
@@ -145,16 +146,13 @@ def make_device_env(
       one that returns numpy is wrapped in ``DeviceEnv``.
     * ``"gymnax:<id>"``, ``"brax:<name>"``: gymnax's or Brax's JAX env, jit-compiled and vmapped on
       the device, sharing its arrays with torch (``jax_envs/``); ``env_config`` sets its params.
-      Its functions are compiled here (``JaxVectorEnv.compile``).
     * Any other gymnasium id is vectorised by gymnasium (``sync``) and wrapped in ``DeviceEnv``.
     """
     env_config = {
         k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
     }
     if is_jax_id(env_spec):
-        env = make_jax_env(env_spec, num_envs, device, env_config)
-        env.compile()  # now, while the runner is built, not in the first iteration
-        return env
+        return make_jax_env(env_spec, num_envs, device, env_config)
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
         check_prefixed_id(env_spec)
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:
@@ -263,6 +261,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         env = make_device_env(
             config.env, num_envs, self._device, config.env_config, self._num_threads(), config.gym_env_vectorize_mode
         )
+        if isinstance(env.unwrapped, JaxVectorEnv) and num_envs == config.num_envs_per_env_runner:
+            env.unwrapped.compile()  # now, while the runner is built, not in its first sample (the spaces' env: never)
         keeps_statistics = isinstance(env, DeviceEnv) or getattr(env.unwrapped, "episode_statistics", False) is True
         self._steps = StepReader(env, keeps_statistics)  # its autoreset mode; an env without one fails here
         if getattr(config, "rescale_observations", False):

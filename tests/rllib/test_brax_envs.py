@@ -20,8 +20,8 @@ from rllib_gpuenv.experiments.settings import build_config
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.jax_envs import make_jax_env
 from rllib_gpuenv.jax_envs.brax_envs import BraxVectorEnv
-from rllib_gpuenv.rllib import DevicePPOConfig
-from rllib_gpuenv.rllib.env_runner import check_prefixed_id, make_device_env
+from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig
+from rllib_gpuenv.rllib.env_runner import check_prefixed_id
 from tests.helpers import train_briefly
 
 CPU = torch.device("cpu")
@@ -124,19 +124,32 @@ def test_the_shipped_file_and_its_race_against_a_random_policy():
     assert steps % (128 * 16) == 0 and 1.0 <= mean < 20.0  # a random push keeps the pole up a few steps
 
 
+def runner_config(num_envs: int):
+    return (
+        DevicePPOConfig()
+        .environment(PENDULUM, env_config={"episode_length": LIMIT})
+        .env_runners(num_envs_per_env_runner=num_envs)
+        .devices(learner="cpu", env_runners="cpu")
+        .debugging(seed=0)
+    )
+
+
 def test_the_runner_s_env_is_compiled_when_made_and_the_commands_drop_mjx_s_notice(caplog):
-    """The runner's factory compiles the env's reset and step (``compile_s``: the seconds, which the
-    main job's start-up line reports); the first reset and step then compile nothing more, and the
-    throwaway calls advanced nothing (the same seed starts the same states as a fresh env).
-    MuJoCo's MJX logs which JAX device it uses (on the root logger) whenever a Brax env is traced;
-    the package's commands drop it (``cli/quiet.py``), a user's script keeps it."""
+    """The runner compiles its env's reset and step when it is built (``compile_s``: the seconds,
+    which the main job's start-up line reports); the first reset and step then compile nothing
+    more, and the throwaway calls advanced nothing (the same seed starts the same states as a
+    fresh env). The driver's one env for the spaces beside colocated learners is never stepped:
+    never compiled. MuJoCo's MJX logs which JAX device it uses (on the root logger) whenever a
+    Brax env is traced; the package's commands drop it (``cli/quiet.py``), a user's script keeps it."""
     import logging
 
     from rllib_gpuenv.cli import quiet
 
+    spaces_only = DeviceEnvRunner(config=runner_config(6).learners(num_learners=2)).env.unwrapped
+    assert spaces_only.num_envs == 1 and spaces_only.compile_s is None
     notice = "Using JAX default device"
     caplog.set_level(logging.INFO)
-    env = make_device_env(PENDULUM, 6, CPU, {"episode_length": LIMIT}).unwrapped  # new sizes: compiled afresh
+    env = DeviceEnvRunner(config=runner_config(6)).env.unwrapped  # new sizes: compiled afresh
     compiled = env._reset._cache_size(), env._step._cache_size()
     assert compiled == (1, 1) and env.compile_s > 0 and env.compile() == env.compile_s
     assert notice in caplog.text

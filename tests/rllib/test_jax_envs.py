@@ -21,7 +21,6 @@ from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.jax_envs import make_jax_env
 from rllib_gpuenv.jax_envs.gymnax_envs import GymnaxVectorEnv, make_gymnax_env
 from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
-from rllib_gpuenv.rllib.env_runner import make_device_env
 from tests.helpers import run_python, train_briefly
 
 CPU = torch.device("cpu")
@@ -108,7 +107,8 @@ def test_arrays_cross_between_jax_and_torch_without_a_copy(monkeypatch):
 
 def test_a_gymnax_env_is_compiled_when_the_runner_makes_it():
     """As Brax's (test_brax_envs.py): the runner's int64 actions step the function compiled with the env."""
-    env = make_device_env("gymnax:CartPole-v1", 5, CPU, {}).unwrapped  # new sizes: compiled afresh
+    config = DevicePPOConfig().environment("gymnax:CartPole-v1").env_runners(num_envs_per_env_runner=5)
+    env = DeviceEnvRunner(config=config.devices(learner="cpu", env_runners="cpu")).env.unwrapped  # new sizes
     assert (env._reset._cache_size(), env._step._cache_size()) == (1, 1)
     env.reset(seed=0)
     env.step(torch.ones(5, dtype=torch.int64))
