@@ -33,17 +33,17 @@ import time
 from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, lookup
 
-LAYOUTS = ("local", "colocated", "separate")
+LAYOUTS = ("colocated", "separate")  # of several learners, each measured beside the local learner
 
 
-def setups(counts: list[int], layouts: tuple[str, ...] = ("colocated", "separate")) -> list[dict]:
-    """The local learner, then each of ``layouts`` (colocated, separate) for each count."""
-    unknown = sorted(set(layouts) - {"colocated", "separate"})
+def setups(counts: list[int], layouts: tuple[str, ...] = LAYOUTS) -> list[dict]:
+    """The local learner, then each of ``layouts`` for each count."""
+    unknown = sorted(set(layouts) - set(LAYOUTS))
     if unknown:
-        raise ValueError(f"unknown layout(s) {', '.join(unknown)}: choose from colocated, separate")
+        raise ValueError(f"unknown layout(s) {', '.join(unknown)}: choose from {', '.join(LAYOUTS)}")
     rows = [{"setup": "1 learner, local", "layout": "local", "learners": 1, "num_learners": 0, "num_env_runners": 0}]
     for n in counts:
-        for layout in ("colocated", "separate"):
+        for layout in LAYOUTS:
             if layout in layouts:
                 rows.append(
                     {
@@ -195,7 +195,7 @@ def run(
     out_dir: str = "bench_results",
     plot: bool = False,
     device: str = "cpu",
-    layouts: tuple[str, ...] = ("colocated", "separate"),
+    layouts: tuple[str, ...] = LAYOUTS,
 ) -> list[dict]:
     """Every setup's throughput, then its time to target per seed; print the table, write the results."""
     import ray
@@ -275,7 +275,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--layouts",
-        default="colocated,separate",
+        default=",".join(LAYOUTS),
         help="layouts beside the local learner: colocated, separate or both (default: %(default)s)",
     )
     parser.add_argument("--seeds", default="0,1,2", help="seeds of the time-to-target runs (default: %(default)s)")
