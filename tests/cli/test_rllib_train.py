@@ -69,39 +69,9 @@ def test_train_refuses_bad_input_before_ray_starts(tmp_path):
     assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
 
 
-def test_train_file_with_legacy_names_runs_with_tune(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        legacy-device-ppo:
-          run: DevicePPO
-          env: GPUCartPole-v1
-          stop: {training_iteration: 2}
-          checkpoint_at_end: true
-          config:
-            num_workers: 0
-            num_envs_per_worker: 32
-            device_rollouts: {rollout_length: 16}
-            sgd_minibatch_size: 128
-            num_sgd_iter: 2
-    """,
-    )
-    out = rllib("train", "file", path, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "num_workers: called 'num_env_runners' today" in out.stderr
-    # one row per result (return, env steps, env-steps/s, time), no config dump without -v
-    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("DevicePPO_") and "TERMINATED" not in line]
-    assert [r[1] for r in rows] == ["1", "2"] and [r[3] for r in rows] == ["512", "1,024"], out.stdout
-    assert "return" in out.stdout and "env-steps/s" in out.stdout and "TERMINATED after 2 iteration(s)" in out.stdout
-    assert " config:" not in out.stdout and "model_config" not in out.stdout
-    experiment_dir = tmp_path / "results" / "legacy-device-ppo"
-    (progress,) = trial_progress(experiment_dir)
-    assert len(progress) == 2
-    assert_every_reported_metric_is_a_known_stop_metric(experiment_dir, load_experiments(path)[0].config)
-
-
-def train_on_our_env(tmp_path, algo: str, num_cpus: int, iterations: int = 2, *config) -> tuple[list[dict], dict]:
-    """`rllib train --algo ALGO --env GPUCartPole-v1` for some iterations: the trial's progress rows and config."""
+def train_on_our_env(tmp_path, algo: str, num_cpus: int, iterations: int = 2, *config):
+    """`rllib train --algo ALGO --env GPUCartPole-v1` for some iterations: the trial's progress rows, its config
+    and the command's output."""
     out = rllib(
         "train",
         "--algo",
@@ -121,51 +91,68 @@ def train_on_our_env(tmp_path, algo: str, num_cpus: int, iterations: int = 2, *c
     assert f"experiment '{name}': 1 trial(s)" in out.stdout
     (progress,) = trial_progress(tmp_path / name)
     (params,) = glob.glob(str(tmp_path / name / "*" / "params.json"))
-    return progress, json.load(open(params))
+    return progress, json.load(open(params)), out
 
 
 def test_stock_ppo_trains_on_our_env_by_its_plain_name(tmp_path):
     """Issue 17's command: RLlib's stock PPO builds our env through its vector entry point, by its plain name."""
     # The README's command, with a smaller batch: RLlib's default (4,000 env steps, 30 epochs) takes a minute here
     settings = '{"num_env_runners": 1, "train_batch_size_per_learner": 512, "num_epochs": 1}'
-    progress, config = train_on_our_env(tmp_path, "PPO", 2, 1, "--config", settings)
+    progress, config, _ = train_on_our_env(tmp_path, "PPO", 2, 1, "--config", settings)
     assert len(progress) == 1 and float(progress[-1]["env_runners/num_env_steps_sampled_lifetime"]) >= 512
     assert config["env"] == "rllib_gpuenv:GPUCartPole-v1" and config["gym_env_vectorize_mode"] == "vector_entry_point"
 
 
 def test_device_dqn_trains_from_the_command_line_with_its_tuned_defaults(tmp_path):
     """`rllib train --algo DeviceDQN --env GPUCartPole-v1`: the settings of configs/gpu_cartpole_dqn.yaml."""
-    progress, config = train_on_our_env(tmp_path, "DeviceDQN", num_cpus=2)
+    progress, config, out = train_on_our_env(tmp_path, "DeviceDQN", 2, 2, "-v")
     # min_sample_timesteps_per_iteration 1000: four rounds of 16 envs x 16 steps per iteration
     assert [int(float(row["env_runners/num_env_steps_sampled_lifetime"])) for row in progress] == [1024, 2048]
+    assert out.stdout.count(" config:\n") == 1  # -v: the trial's config, once
     assert float(progress[-1]["env_runners/episode_return_mean"]) > 0
     assert (config["n_step"], config["training_intensity"], config["target_network_update_freq"]) == (3, 8, 500)
 
 
-def test_old_tuned_example_files(tmp_path):
-    """Old-format files of PPO and DQN run an iteration each, in one `rllib train` (-f, -v: each
-    trial's config printed). The APPO, IMPALA and Pendulum PPO files are translated and checked
-    by RLlib's validate() without Ray (test_experiment_files.py); running them would start
-    RLlib's own algorithms again at a minute's cost (IMPALA's grid search: two trials)."""
+LEGACY_NAMES = """
+legacy-device-ppo:
+  run: DevicePPO
+  env: GPUCartPole-v1
+  stop: {training_iteration: 5}
+  checkpoint_at_end: true
+  config:
+    num_workers: 0
+    num_envs_per_worker: 32
+    device_rollouts: {rollout_length: 16}
+    sgd_minibatch_size: 128
+    num_sgd_iter: 2
+"""
+
+
+def test_old_files_and_old_names_run_with_tune(tmp_path):
+    """Files of RLlib's old format in one `rllib train` (-f each, --stop for all): the old tuned
+    examples of PPO and DQN, and a DevicePPO file in old names, an iteration each. The APPO,
+    IMPALA and Pendulum PPO files are translated and checked by RLlib's validate() without Ray
+    (test_experiment_files.py); running them would start RLlib's own algorithms again at a
+    minute's cost (IMPALA's grid search: two trials)."""
     files = [os.path.join(OLD_EXPERIMENTS, f"{name}.yaml") for name in ("cartpole-dqn", "cartpole-ppo")]
-    args = [a for f in files for a in ("-f", f)]
+    legacy = write(tmp_path, LEGACY_NAMES, name="legacy.yaml")
+    args = [a for f in [*files, legacy] for a in ("-f", f)]
     out = rllib(
         "train",
-        "-v",
         *args,
         "--framework",
         "torch",
         "--stop",
         '{"training_iteration": 1}',
         "--storage-path",
-        str(tmp_path),
+        str(tmp_path / "results"),
         "--ray-num-cpus",
         "8",  # more than the 2 cores: the trials start together, overlapping their actors' start-up
     )
     assert out.returncode == 0, out.stderr[-5000:]
-    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1}
+    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1, "legacy-device-ppo": 1}
     for name, trials in expected_trials.items():
-        progress = trial_progress(tmp_path / name)
+        progress = trial_progress(tmp_path / "results" / name)
         assert len(progress) == trials and all(len(rows) == 1 for rows in progress), name
         assert all(int(float(rows[-1]["num_env_steps_sampled_lifetime"])) > 0 for rows in progress), name
     # every transition flag in these files: one warning line each, in this one run
@@ -183,10 +170,15 @@ def test_old_tuned_example_files(tmp_path):
         )
         == 1
     )
-    assert out.stdout.count(" config:\n") == sum(expected_trials.values())  # -v: one config per trial
-    for path in files:
+    assert "num_workers: called 'num_env_runners' today" in out.stderr
+    # one row per result (return, env steps, env-steps/s, time), no config dump without -v
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("DevicePPO_") and "TERMINATED" not in line]
+    assert [r[1] for r in rows] == ["1"] and [r[3] for r in rows] == ["512"], out.stdout
+    assert "return" in out.stdout and "env-steps/s" in out.stdout and "TERMINATED after 1 iteration(s)" in out.stdout
+    assert " config:" not in out.stdout and "model_config" not in out.stdout
+    for path in [*files, legacy]:
         for experiment in load_experiments(path):
-            assert_every_reported_metric_is_a_known_stop_metric(tmp_path / experiment.name, experiment.config)
+            assert_every_reported_metric_is_a_known_stop_metric(tmp_path / "results" / experiment.name, experiment.config)
 
 
 def test_algo_and_env_start_from_the_shipped_settings_for_that_pair():

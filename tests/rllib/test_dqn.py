@@ -60,8 +60,10 @@ def test_device_dqn_learns_cartpole_on_cpu():
 
 def test_the_target_network_follows_env_steps_sampled():
     """As in RLlib's DQN learner: after every `target_network_update_freq` env steps sampled,
-    counted at each learner update (here: one per sampling round of 8 x 8 x 2 = 128 steps)."""
-    algo = small_config(target_network_update_freq=256).build_algo()
+    counted at each learner update (here: one per sampling round of 16 x 8 = 128 steps, on the
+    local runner: where the runners are does not matter to the learner)."""
+    config = small_config(target_network_update_freq=256).env_runners(num_env_runners=0, num_envs_per_env_runner=16)
+    algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
         assert isinstance(learner, DQNLearner)

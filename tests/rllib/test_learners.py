@@ -61,8 +61,12 @@ def same_weights(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_colocated_ppo_learners_step_their_own_envs_and_train_in_step():
-    algo = ppo().build_algo()
+def test_colocated_ppo_learners_step_their_own_envs_train_in_step_evaluate_and_name_a_dead_one():
+    """One build for what colocated PPO learners do: sample and train in the training step, keep
+    DDP's weights identical, report every learner's episodes, give RLlib's evaluation (its own
+    runner and envs) the trained actor, and name a learner that dies."""
+    config = ppo().evaluation(evaluation_interval=1, evaluation_duration=8, evaluation_duration_unit="episodes")
+    algo = config.build_algo()
     try:
         results = [algo.train() for _ in range(3)]
         # each learner samples 16 envs x 16 steps per iteration; the driver's runner none
@@ -71,28 +75,28 @@ def test_colocated_ppo_learners_step_their_own_envs_and_train_in_step():
         assert algo.env_runner.num_envs == 1  # only for the spaces
         first, second = algo.call_learners(_weights)
         assert same_weights(first, second)  # DDP keeps them identical
-        assert not same_weights(first, _weights(ppo(num_learners=0).build_algo().learner_group._learner))
+        untrained = ppo(num_learners=0).build_algo()
+        try:
+            assert not same_weights(first, _weights(untrained.learner_group._learner))
+        finally:
+            untrained.stop()
         states = algo.call_learners(_env_state)
         assert not torch.equal(states[0], states[1])  # seeded apart: their own episodes
         episodes = [e for window in algo.call_learners(_window) for e in window]
         runners = results[-1]["env_runners"]
         assert runners["episode_return_max"] == max(r for r, _ in episodes)  # metrics cover every learner's envs
         assert runners["episode_return_min"] == min(r for r, _ in episodes)
-    finally:
-        algo.stop()
 
-
-def test_evaluation_of_colocated_learners_plays_the_trained_policy_on_its_own_envs():
-    """RLlib's evaluation syncs the learners' weights to its runner, which has envs of its own."""
-    config = ppo().evaluation(evaluation_interval=1, evaluation_duration=8, evaluation_duration_unit="episodes")
-    algo = config.build_algo()
-    try:
-        result = algo.train()
-        evaluation = result["evaluation"]["env_runners"]
+        # RLlib's evaluation syncs the learners' weights to its runner, which has envs of its own
+        evaluation = results[-1]["evaluation"]["env_runners"]
         assert evaluation["num_episodes"] == 8 and evaluation["episode_return_mean"] > 0
         module = algo.eval_env_runner.module.state_dict()
-        trained = algo.call_learners(_weights)[0]
-        assert all(torch.equal(module[k].cpu(), trained[k]) for k in module)  # the actor, as the learners have it
+        assert all(torch.equal(module[k].cpu(), first[k]) for k in module)  # the actor, as the learners have it
+
+        _, pid = algo.call_learners(lambda learner: os.getpid())
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(Exception, match=r"learner 1 of 2 died during the training step"):
+            algo.train()
     finally:
         algo.stop()
 
@@ -165,18 +169,6 @@ def test_separate_layout_feeds_two_learners_from_remote_env_runners(make):
         results = [algo.train() for _ in range(3)]
         assert results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"] > 0
         assert same_weights(*algo.call_learners(_weights))
-    finally:
-        algo.stop()
-
-
-def test_a_learner_that_dies_is_an_error_naming_it():
-    algo = ppo().build_algo()
-    try:
-        algo.train()
-        _, pid = algo.call_learners(lambda learner: os.getpid())
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(Exception, match=r"learner 1 of 2 died during the training step"):
-            algo.train()
     finally:
         algo.stop()
 
