@@ -7,6 +7,7 @@ import re
 
 from rllib_gpuenv.experiments import inline_experiment, load_experiments
 from rllib_gpuenv.experiments.legacy import TRANSITION_FLAGS
+from rllib_gpuenv.experiments.shipped import config_file
 from tests.helpers import (
     ERROR_LINE,
     OLD_EXPERIMENTS,
@@ -128,15 +129,17 @@ legacy-device-ppo:
 """
 
 
-def test_old_files_and_old_names_run_with_tune(tmp_path):
-    """Files of RLlib's old format in one `rllib train` (-f each, --stop for all): the old tuned
-    examples of PPO and DQN, and a DevicePPO file in old names, an iteration each. The APPO,
+def test_old_files_old_names_and_a_shipped_file_run_with_tune(tmp_path):
+    """Files in one `rllib train` (-f each, --stop for all), an iteration each: RLlib's old tuned
+    examples of PPO and DQN, a DevicePPO file in old names, and the shipped Pendulum file (its own
+    settings: 64 envs x 32 steps, a Box action space). The APPO,
     IMPALA and Pendulum PPO files are translated and checked by RLlib's validate() without Ray
     (test_experiment_files.py); running them would start RLlib's own algorithms again at a
     minute's cost (IMPALA's grid search: two trials)."""
     files = [os.path.join(OLD_EXPERIMENTS, f"{name}.yaml") for name in ("cartpole-dqn", "cartpole-ppo")]
     legacy = write(tmp_path, LEGACY_NAMES, name="legacy.yaml")
-    args = [a for f in [*files, legacy] for a in ("-f", f)]
+    pendulum = str(config_file("gpu_pendulum_ppo.yaml"))
+    args = [a for f in [*files, legacy, pendulum] for a in ("-f", f)]
     out = rllib(
         "train",
         *args,
@@ -147,10 +150,10 @@ def test_old_files_and_old_names_run_with_tune(tmp_path):
         "--storage-path",
         str(tmp_path / "results"),
         "--ray-num-cpus",
-        "8",  # more than the 2 cores: the trials start together, overlapping their actors' start-up
+        "2",  # the experiments run one after another, one trial each, in one Ray instance
     )
     assert out.returncode == 0, out.stderr[-5000:]
-    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1, "legacy-device-ppo": 1}
+    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1, "legacy-device-ppo": 1, "gpu-pendulum-ppo": 1}
     for name, trials in expected_trials.items():
         progress = trial_progress(tmp_path / "results" / name)
         assert len(progress) == trials and all(len(rows) == 1 for rows in progress), name
@@ -172,11 +175,14 @@ def test_old_files_and_old_names_run_with_tune(tmp_path):
     )
     assert "num_workers: called 'num_env_runners' today" in out.stderr
     # one row per result (return, env steps, env-steps/s, time), no config dump without -v
-    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("DevicePPO_") and "TERMINATED" not in line]
+    legacy_trial = "DevicePPO_rllib_gpuenv:GPUCartPole-v1_"
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith(legacy_trial) and "TERMINATED" not in line]
     assert [r[1] for r in rows] == ["1"] and [r[3] for r in rows] == ["512"], out.stdout
     assert "return" in out.stdout and "env-steps/s" in out.stdout and "TERMINATED after 1 iteration(s)" in out.stdout
     assert " config:" not in out.stdout and "model_config" not in out.stdout
-    for path in [*files, legacy]:
+    (pendulum_rows,) = trial_progress(tmp_path / "results" / "gpu-pendulum-ppo")
+    assert float(pendulum_rows[-1]["env_runners/num_env_steps_sampled_lifetime"]) == 64 * 32
+    for path in [*files, legacy, pendulum]:
         for experiment in load_experiments(path):
             assert_every_reported_metric_is_a_known_stop_metric(tmp_path / "results" / experiment.name, experiment.config)
 

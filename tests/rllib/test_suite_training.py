@@ -1,9 +1,8 @@
 """DevicePPO on the rest of the env suite through the same device env runner: continuous
 control (Pendulum learns, and the env never receives an action outside its bounds) and the
-discrete envs (Acrobot, MountainCar); the Pendulum experiment file runs via `rllib train`.
+discrete envs (Acrobot, MountainCar). (The Pendulum experiment file runs via `rllib train` in
+cli/test_rllib_train.py, beside the old files.)
 The algorithms built here train in this process without a Ray cluster (``rllib/in_process.py``)."""
-
-import glob
 
 import pytest
 import torch
@@ -11,28 +10,8 @@ import torch
 from rllib_gpuenv.experiments import load_config
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.rllib import DevicePPOConfig
-from tests.helpers import rllib, trial_progress
 
 PENDULUM_FILE = config_file("gpu_pendulum_ppo.yaml")
-
-
-def test_pendulum_experiment_file_runs_via_the_cli(tmp_path):
-    """First in this file: `rllib train` starts its own Ray, before this module's starts."""
-    out = rllib(
-        "train",
-        "file",
-        str(PENDULUM_FILE),
-        "--stop",
-        '{"training_iteration": 2}',
-        "--storage-path",
-        str(tmp_path),
-        "--ray-num-cpus",
-        "2",
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    (progress,) = trial_progress(tmp_path / "gpu-pendulum-ppo")
-    assert len(progress) == 2 and float(progress[-1]["env_runners/num_env_steps_sampled_lifetime"]) == 2 * 64 * 32
-    assert glob.glob(str(tmp_path / "gpu-pendulum-ppo" / "*" / "params.json"))
 
 
 class ActionRange:
