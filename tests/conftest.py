@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import pytest
 
@@ -12,6 +13,12 @@ from rllib_gpuenv.cli.quiet import without_rllib_jax_import
 without_rllib_jax_import()
 
 from tests.helpers import CPU_BACKENDS  # noqa: E402 (after the JAX import is turned off)
+
+# JAX's compiled envs, shared by the test processes, their subprocesses and Ray workers (Brax's
+# pendulum compiles once, not in each), and kept out of the user's cache (jax_envs/vector_env.py).
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"rllib_gpuenv-tests-jax-{os.getuid()}")
+)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One of several test processes on this machine's cores (setup.cfg: -n 2): torch's thread per

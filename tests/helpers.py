@@ -55,9 +55,10 @@ def train_briefly(config, num_envs: int, rollout_length: int, iterations: int = 
         algo.stop()
 
 
-def run_python(code: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter (for registration and simulator tests)."""
-    full_env = {**os.environ, **(env or {})}
+def run_python(code: str, env: dict | None = None, timeout: int = 600, clean: bool = False) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (for registration and simulator tests), with this
+    process's environment and ``env`` (``clean``: with ``env`` alone)."""
+    full_env = {**(env or {})} if clean else {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout)
 

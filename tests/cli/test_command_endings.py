@@ -112,3 +112,34 @@ def test_a_users_own_script_keeps_every_notice():
         cwd=ROOT,
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "0", proc.stderr[-2000:]
+
+
+def test_tunes_advice_on_a_slow_build_is_dropped_by_the_commands(monkeypatch, caplog, tmp_path):
+    """An algorithm whose build takes over 10 s (a Brax env's first compile) makes Tune's Trainable
+    advise reuse_actors=True, an option neither command has: they drop it, as the other notices."""
+    import logging
+
+    from ray.tune.trainable import trainable
+
+    from rllib_gpuenv.cli import quiet
+
+    class Built(trainable.Trainable):
+        def step(self):
+            return {}
+
+    monkeypatch.setattr(trainable, "SETUP_TIME_THRESHOLD", -1)  # every setup is slow
+    monkeypatch.setattr(trainable, "DEFAULT_STORAGE_PATH", str(tmp_path))  # its folder: not in ~/ray_results
+    caplog.set_level(logging.INFO)
+    Built().stop()
+    assert "Trainable.setup took" in caplog.text  # Tune's own, where it logs it
+    caplog.clear()
+    target = logging.getLogger(trainable.logger.name)
+    quiet.quiet_start()
+    try:
+        Built().stop()
+        assert "Trainable.setup took" not in caplog.text
+    finally:  # this test process's loggers as they were
+        for name in quiet.NOTICES:
+            for dropped in [f for f in logging.getLogger(name).filters if isinstance(f, quiet._DropNotice)]:
+                logging.getLogger(name).removeFilter(dropped)
+    assert not [f for f in target.filters if isinstance(f, quiet._DropNotice)]

@@ -8,6 +8,8 @@ without a Ray cluster (``rllib/in_process.py``). Brax's envs: ``test_brax_envs.p
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from rllib_gpuenv.experiments.settings import build_config
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.jax_envs import make_jax_env
 from rllib_gpuenv.jax_envs.gymnax_envs import GymnaxVectorEnv, make_gymnax_env
+from rllib_gpuenv.jax_envs.vector_env import use_compilation_cache
 from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
 from tests.helpers import run_python, train_briefly
 
@@ -113,6 +116,34 @@ def test_a_gymnax_env_is_compiled_when_the_runner_makes_it():
     env.reset(seed=0)
     env.step(torch.ones(5, dtype=torch.int64))
     assert (env._reset._cache_size(), env._step._cache_size()) == (1, 1)
+
+
+COMPILE_TWICE = """
+import jax, torch
+from jax import monitoring
+from rllib_gpuenv.jax_envs import make_jax_env
+
+hits = []
+monitoring.register_event_listener(lambda event, **kwargs: hits.append(event) if event.endswith("cache_hits") else None)
+make_jax_env("gymnax:CartPole-v1", 3, torch.device("cpu"), {}).compile()
+first = len(hits)
+jax.clear_caches()  # what a new process starts with: the next env's compile looks in the persistent cache
+make_jax_env("gymnax:CartPole-v1", 3, torch.device("cpu"), {}).compile()
+print(jax.config.jax_compilation_cache_dir, first, len(hits))
+"""
+
+
+def test_compiled_envs_are_kept_in_jax_s_persistent_cache(tmp_path):
+    """Where no cache was chosen, this package's (under XDG_CACHE_HOME): the second env's reset
+    and step come from it. (JAX writes only compiles of a second or more, Brax's, unless told.)"""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env.update(XDG_CACHE_HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    out = run_python(COMPILE_TWICE, env=env, clean=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    folder, first, second = out.stdout.split()
+    assert folder == str(tmp_path / "rllib_gpuenv" / "jax") and int(first) == 0 and int(second) >= 2, out.stdout
+    assert {"jit_reset", "jit_step"} <= {name.split("-")[0] for name in os.listdir(folder)}
+    assert use_compilation_cache() == os.environ["JAX_COMPILATION_CACHE_DIR"]  # one chosen is kept (tests/conftest.py)
 
 
 def test_seeds_params_and_state():
