@@ -36,7 +36,7 @@ for make, training, resume in ((DevicePPOConfig, {{"minibatch_size": 32, "num_ep
         )
         steps.append(restored.train()["env_runners"]["num_env_steps_sampled_lifetime"])
         restored.stop()
-print(json.dumps(results))
+print("RESULTS", json.dumps(results))
 """
 
 
@@ -45,7 +45,9 @@ def test_colocated_learners_train_on_two_nodes_and_resume(tmp_path):
     with RayNodes(tmp_path, [{"num_cpus": 2, "resources": {"learner_slot": 1}}] * 2) as nodes:
         proc = nodes.run_driver(DRIVER.format(path=str(tmp_path / "checkpoints")))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Ray prints to the driver's stdout as well (a worker's end at algo.stop(), say), after it too
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
+    results = json.loads(line.removeprefix("RESULTS "))
     assert sorted(results) == ["DeviceDQN", "DevicePPO"]
     for algo, result in results.items():
         assert len(set(result["nodes"])) == 2, (algo, result)  # one learner on each node
