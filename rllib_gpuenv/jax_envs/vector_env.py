@@ -61,13 +61,13 @@ def compilation_cache_dir() -> str:
     return os.path.join(cache_home, "rllib_gpuenv", "jax")
 
 
-def use_compilation_cache() -> str | None:
+def use_compilation_cache() -> str:
     """JAX's persistent compilation cache, in ``compilation_cache_dir()`` unless a cache was chosen
     (``JAX_COMPILATION_CACHE_DIR``, ``jax.config``): Brax's inverted pendulum compiles in 15-20 s
-    on a 2-core CPU, and in 3-4 s from the cache (tracing is left). Compiles of under a second
-    (gymnax's) are not written (JAX's ``jax_persistent_cache_min_compile_time_secs``). The cache
-    is keyed by the computation, JAX's version and the device: a stale entry is never used.
-    Returns the folder in use."""
+    on a 2-core CPU, and in about 4 s from the cache (tracing is left). Compiles of under a
+    second are not written (JAX's ``jax_persistent_cache_min_compile_time_secs``; on that CPU
+    gymnax's resets, not their steps). The cache is keyed by the computation, JAX's version and
+    the device: a stale entry is never used. Returns the folder in use."""
     import jax
 
     if not jax.config.jax_compilation_cache_dir:

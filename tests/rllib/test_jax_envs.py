@@ -135,7 +135,7 @@ print(jax.config.jax_compilation_cache_dir, first, len(hits))
 
 def test_compiled_envs_are_kept_in_jax_s_persistent_cache(tmp_path):
     """Where no cache was chosen, this package's (under XDG_CACHE_HOME): the second env's reset
-    and step come from it. (JAX writes only compiles of a second or more, Brax's, unless told.)"""
+    and step come from it. (JAX writes only compiles of a second or more unless told: here, all.)"""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env.update(XDG_CACHE_HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     out = run_python(COMPILE_TWICE, env=env, clean=True)
