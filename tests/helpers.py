@@ -63,17 +63,58 @@ def run_python(code: str, env: dict | None = None, timeout: int = 600, clean: bo
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout)
 
 
+# What every command imports (torch, Ray, RLlib, the package): the fork server loads it once.
+COMMAND_IMPORTS = ["rllib_gpuenv.cli", "rllib_gpuenv.cli.rllib", "rllib_gpuenv.rllib"]
+_fork_server = None
+
+
+def _run_module(module: str, args: list[str], env: dict, out_path: str, err_path: str) -> None:
+    """In the forked process: ``python -m module args`` as the interpreter runs it (``__main__``,
+    ``sys.argv``, its exit code, atexit handlers), stdout and stderr into files."""
+    import atexit
+    import runpy
+
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    for fd, path in ((1, out_path), (2, err_path)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        atexit._run_exitfuncs()  # Ray's shutdown among them, as at an interpreter's exit
+
+
+def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m module args`` in a fresh process, forked from a server process of this test
+    process's that has imported ``COMMAND_IMPORTS`` (multiprocessing's fork server): a command
+    as a user runs it, without its 5-10 s of imports each time. Environment variables that take
+    effect at import time (numba's, JAX's) need ``run_python`` or a real ``python -m``."""
+    import multiprocessing
+    import tempfile
+
+    global _fork_server
+    if _fork_server is None:
+        _fork_server = multiprocessing.get_context("forkserver")
+        _fork_server.set_forkserver_preload(COMMAND_IMPORTS)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        process = _fork_server.Process(target=_run_module, args=(module, list(args), env, out, err))
+        process.start()
+        process.join(timeout)
+        command, stdout, stderr = ["python", "-m", module, *args], open(out).read(), open(err).read()
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(command, process.exitcode, stdout, stderr)
+
+
 def rllib(*args, timeout=900) -> subprocess.CompletedProcess:
     """The installed-style command: python -m rllib_gpuenv.cli.rllib (what the `rllib` script runs)."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "RAY_DEDUP_LOGS": "0"}
-    return subprocess.run(
-        [sys.executable, "-m", "rllib_gpuenv.cli.rllib", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        cwd=ROOT,
-    )
+    return run_module("rllib_gpuenv.cli.rllib", *args, timeout=timeout)
 
 
 def write(tmp_path, text, name="exp.yaml"):

@@ -7,13 +7,19 @@ import subprocess
 import sys
 import textwrap
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_module
 
 
 def bench(tmp_path, *args, env=None, timeout=600) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
-    cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", *args, "--out", str(tmp_path), "--plot"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT, check=False)
+    """``rllib-gpuenv bench ARGS --out TMP_PATH --plot``, which must succeed; with ``env`` (read
+    at import time: numba's simulator) in a fresh interpreter, else forked (``run_module``)."""
+    args = ["bench", *args, "--out", str(tmp_path), "--plot"]
+    if env:
+        cmd = [sys.executable, "-m", "rllib_gpuenv.cli", *args]
+        full_env = {**os.environ, "PYTHONPATH": ROOT, **env}
+        out = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT, check=False)
+    else:
+        out = run_module("rllib_gpuenv.cli", *args, timeout=timeout)
     assert out.returncode == 0, out.stderr[-4000:]
     return out
 

@@ -3,14 +3,12 @@
 import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from tests.bench.runs import bench, outputs, tiny_dqn_file
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_module
 
 
 def test_scaling(tmp_path):
@@ -44,10 +42,7 @@ def test_block_size_under_the_cuda_simulator(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_block_size_without_a_gpu_says_so(tmp_path):
-    cmd = [sys.executable, "-m", "rllib_gpuenv.cli", "bench", "block-size", "--out", str(tmp_path)]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300, check=False
-    )
+    out = run_module("rllib_gpuenv.cli", "bench", "block-size", "--out", str(tmp_path))
     assert out.returncode != 0 and "needs a CUDA GPU" in out.stderr
 
 
@@ -69,14 +64,7 @@ def test_sampling(tmp_path):
 
 def test_replot_draws_the_recorded_results_again(tmp_path):
     """The committed results' plots can be drawn again from their JSON (no benchmark rerun)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "rllib_gpuenv.bench.replot", os.path.join(ROOT, "benchmarks"), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
-        timeout=300,
-        check=False,
-    )
+    out = run_module("rllib_gpuenv.bench.replot", os.path.join(ROOT, "benchmarks"), "--out", str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     recorded = {p.stem for p in pathlib.Path(ROOT, "benchmarks").glob("*.json")}
     assert {"scaling", "training", "breakdown"} <= recorded
@@ -147,7 +135,7 @@ def test_breakdown_of_device_dqn(tmp_path):
 
 
 def test_update(tmp_path):
-    out = bench(tmp_path, "update", "--minibatch-sizes", "4096", "--rounds", "1")
+    out = bench(tmp_path, "update", "--minibatch-sizes", "256", "--rounds", "1")
     assert "PPO: time per gradient step" in out.stdout and "DQN: time per gradient step" in out.stdout
     rows = outputs(tmp_path, "update")["rows"]
     contenders = {(r["algo"], r["contender"]) for r in rows}
@@ -158,7 +146,7 @@ def test_update(tmp_path):
         ("DQN", "ours: lean update"),
         ("DQN", "RLlib's update"),
     }
-    assert all(r["ms_per_step"] > 0 for r in rows) and {r["minibatch_size"] for r in rows} == {4096}
+    assert all(r["ms_per_step"] > 0 for r in rows) and {r["minibatch_size"] for r in rows} == {256}
 
 
 def test_the_gpu_targets_are_read_from_gpu_results_only(tmp_path, capsys):

@@ -2,14 +2,12 @@
 file of their own so that the test workers share them out)."""
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from tests.bench.runs import bench, outputs, tiny_dqn_file
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 
 def test_training_curves(tmp_path):
@@ -112,9 +110,7 @@ def test_sb3_goes_on_past_rl_zoos_steps_until_the_target(tmp_path, monkeypatch):
 
 
 def test_training_refuses_a_contender_the_task_lacks(tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
+    out = run_module(
         "rllib_gpuenv.cli",
         "bench",
         "training",
@@ -124,9 +120,6 @@ def test_training_refuses_a_contender_the_task_lacks(tmp_path):
         "stock-runner",
         "--out",
         str(tmp_path),
-    ]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300, check=False
     )
     assert (
         out.returncode != 0
