@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.helpers import ROOT, tiny_main_job_file
+from tests.helpers import ROOT, run_module, tiny_main_job_file
 
 DEVICE_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
 
@@ -25,7 +25,7 @@ def command(*args, code: str | None = None, **kwargs) -> subprocess.CompletedPro
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_a_gpu_that_is_not_there_is_one_line():
-    out = command("train", "--device", "cuda", "--max-iterations", "1")
+    out = run_module("rllib_gpuenv.cli", "train", "--device", "cuda", "--max-iterations", "1")
     assert out.returncode == 2
     (line,) = out.stderr.strip().splitlines()  # one line, no traceback: before Ray starts
     assert re.match(r"rllib-gpuenv: error: device 'cuda' asked for, but this machine has no CUDA GPU", line), line
@@ -70,7 +70,7 @@ def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
     checkpoint = re.search(r"checkpoint saved to (\S+)", out).group(1)
     assert f"go on from it with: rllib-gpuenv train --resume {checkpoint}" in out
 
-    resumed = command(*args, "--resume", checkpoint, "--max-iterations", str(stopped_at + 1))
+    resumed = run_module("rllib_gpuenv.cli", *args, "--resume", checkpoint, "--max-iterations", str(stopped_at + 1))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming {checkpoint} at iteration {stopped_at}" in resumed.stdout
     assert "starting Ray" not in resumed.stdout  # its start-up line: the local job resumes without a Ray cluster

@@ -20,19 +20,15 @@ from tests.helpers import ROOT, tiny_main_job_file
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def tiny_run(ray_local, tmp_path_factory):
     import ray
 
     root = tmp_path_factory.mktemp("main_job")
     tiny = tiny_main_job_file(root)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    try:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            run = train(tiny, device="cpu", storage_path=str(root / "results"), progress_bar=True)
-        assert ray.is_initialized()  # the caller's Ray: the job leaves it running (it shuts down only one it started)
-    finally:
-        ray.shutdown()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        run = train(tiny, device="cpu", storage_path=str(root / "results"), progress_bar=True)
+    assert ray.is_initialized()  # the caller's Ray: the job leaves it running (it shuts down only one it started)
     return run, out.getvalue(), err.getvalue()
 
 
@@ -113,18 +109,12 @@ def test_result_loggers_raise_what_a_callback_raised_at_close(tmp_path):
     assert failing.seen == [1, 2]  # nothing more is written after the error
 
 
-def test_the_main_job_trains_with_colocated_learners(tmp_path):
+def test_the_main_job_trains_with_colocated_learners(ray_local, tmp_path):
     """--num-learners 2: two learners, each stepping the file's 16 envs, gradients all-reduced."""
-    import ray
-
     tiny = tiny_main_job_file(tmp_path)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    try:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            run = train(tiny, device="cpu", max_iterations=2, storage_path=str(tmp_path), num_learners=2)
-    finally:
-        ray.shutdown()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run = train(tiny, device="cpu", max_iterations=2, storage_path=str(tmp_path), num_learners=2)
     text = out.getvalue()
     assert "2 learners, each stepping its own 16 envs (on cpu), gradients all-reduced" in text, text
     lines = [line for line in text.splitlines() if line.startswith("iter ")]
