@@ -68,9 +68,10 @@ COMMAND_IMPORTS = ["rllib_gpuenv.cli", "rllib_gpuenv.cli.rllib", "rllib_gpuenv.r
 _fork_server = None
 
 
-def _run_module(module: str, args: list[str], env: dict, out_path: str, err_path: str) -> None:
-    """In the forked process: ``python -m module args`` as the interpreter runs it (``__main__``,
-    ``sys.argv``, its exit code, atexit handlers), stdout and stderr into files."""
+def _run_forked(kind: str, name: str, args: list[str], env: dict, out_path: str, err_path: str) -> None:
+    """In the forked process: ``python -m name args`` (``kind`` "module") or ``python name args``
+    ("path") as the interpreter runs them (``__main__``, ``sys.argv``, the exit code, atexit
+    handlers), stdout and stderr into files."""
     import atexit
     import runpy
 
@@ -79,18 +80,18 @@ def _run_module(module: str, args: list[str], env: dict, out_path: str, err_path
     os.chdir(ROOT)
     for fd, path in ((1, out_path), (2, err_path)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    sys.argv = [module, *args]
+    sys.argv = [name, *args]
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        if kind == "module":
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(name))
+            runpy.run_path(name, run_name="__main__")
     finally:
         atexit._run_exitfuncs()  # Ray's shutdown among them, as at an interpreter's exit
 
 
-def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """``python -m module args`` in a fresh process, forked from a server process of this test
-    process's that has imported ``COMMAND_IMPORTS`` (multiprocessing's fork server): a command
-    as a user runs it, without its 5-10 s of imports each time. Environment variables that take
-    effect at import time (numba's, JAX's) need ``run_python`` or a real ``python -m``."""
+def _forked(kind: str, name: str, args: tuple[str, ...], timeout: int) -> subprocess.CompletedProcess:
     import multiprocessing
     import tempfile
 
@@ -99,17 +100,30 @@ def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.Comple
         _fork_server = multiprocessing.get_context("forkserver")
         _fork_server.set_forkserver_preload(COMMAND_IMPORTS)
     env = {**os.environ, "PYTHONPATH": ROOT}
+    command = ["python", *(["-m"] if kind == "module" else []), name, *args]
     with tempfile.TemporaryDirectory() as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        process = _fork_server.Process(target=_run_module, args=(module, list(args), env, out, err))
+        process = _fork_server.Process(target=_run_forked, args=(kind, name, list(args), env, out, err))
         process.start()
         process.join(timeout)
-        command, stdout, stderr = ["python", "-m", module, *args], open(out).read(), open(err).read()
         if process.exitcode is None:
             process.kill()
             process.join()
-            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
-        return subprocess.CompletedProcess(command, process.exitcode, stdout, stderr)
+            raise subprocess.TimeoutExpired(command, timeout, open(out).read(), open(err).read())
+        return subprocess.CompletedProcess(command, process.exitcode, open(out).read(), open(err).read())
+
+
+def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m module args`` in a fresh process, forked from a server process of this test
+    process's that has imported ``COMMAND_IMPORTS`` (multiprocessing's fork server): a command
+    as a user runs it, without its 5-10 s of imports each time. Environment variables that take
+    effect at import time (numba's, JAX's) need ``run_python`` or a real ``python -m``."""
+    return _forked("module", module, args, timeout)
+
+
+def run_script(path: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python path args``, forked as ``run_module`` forks a command."""
+    return _forked("path", path, args, timeout)
 
 
 def rllib(*args, timeout=900) -> subprocess.CompletedProcess:

@@ -1,24 +1,14 @@
 """The examples run as their docstrings say (at small sizes)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_script
 
 
 def example(name: str, *args) -> str:
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "examples", name), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    out = run_script(os.path.join(ROOT, "examples", name), *args)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
