@@ -69,9 +69,9 @@ _fork_server = None
 
 
 def _run_forked(kind: str, name: str, args: list[str], env: dict, out_path: str, err_path: str) -> None:
-    """In the forked process: ``python -m name args`` (``kind`` "module") or ``python name args``
-    ("path") as the interpreter runs them (``__main__``, ``sys.argv``, the exit code, atexit
-    handlers), stdout and stderr into files."""
+    """In the forked process: ``python -m name args`` (``kind`` "module"), ``python name args``
+    ("path") or ``python -c name`` ("code") as the interpreter runs them (``__main__``,
+    ``sys.argv``, the exit code, atexit handlers), stdout and stderr into files."""
     import atexit
     import runpy
 
@@ -80,13 +80,15 @@ def _run_forked(kind: str, name: str, args: list[str], env: dict, out_path: str,
     os.chdir(ROOT)
     for fd, path in ((1, out_path), (2, err_path)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    sys.argv = [name, *args]
+    sys.argv = ["-c" if kind == "code" else name, *args]
     try:
         if kind == "module":
             runpy.run_module(name, run_name="__main__", alter_sys=True)
-        else:
+        elif kind == "path":
             sys.path.insert(0, os.path.dirname(name))
             runpy.run_path(name, run_name="__main__")
+        else:
+            exec(compile(name, "<string>", "exec"), {"__name__": "__main__"})
     finally:
         atexit._run_exitfuncs()  # Ray's shutdown among them, as at an interpreter's exit
 
@@ -100,7 +102,7 @@ def _forked(kind: str, name: str, args: tuple[str, ...], timeout: int) -> subpro
         _fork_server = multiprocessing.get_context("forkserver")
         _fork_server.set_forkserver_preload(COMMAND_IMPORTS)
     env = {**os.environ, "PYTHONPATH": ROOT}
-    command = ["python", *(["-m"] if kind == "module" else []), name, *args]
+    command = ["python", *{"module": ["-m"], "path": [], "code": ["-c"]}[kind], name, *args]
     with tempfile.TemporaryDirectory() as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
         process = _fork_server.Process(target=_run_forked, args=(kind, name, list(args), env, out, err))
@@ -124,6 +126,12 @@ def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.Comple
 def run_script(path: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """``python path args``, forked as ``run_module`` forks a command."""
     return _forked("path", path, args, timeout)
+
+
+def run_code(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -c code``, forked as ``run_module`` forks a command: for code that needs a process
+    of its own (a Ray instance of its own, a module taken away) but not a fresh interpreter."""
+    return _forked("code", code, (), timeout)
 
 
 def rllib(*args, timeout=900) -> subprocess.CompletedProcess:

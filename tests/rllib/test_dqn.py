@@ -1,12 +1,13 @@
 """DeviceDQN with real Ray: it solves CartPole with the shipped settings (which are its defaults),
 its target network follows env steps as RLlib's does, it trains with remote runners and restores
-from checkpoints with or without its replay buffer, and its experiment file runs under Tune."""
+from checkpoints with or without its replay buffer. (Its experiment file's settings run under Tune
+in test_rllib_train.py: `rllib train --algo DeviceDQN` starts from them.)"""
 
 import pytest
 import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
 
-from rllib_gpuenv.experiments import load_config, load_experiments, run_experiment
+from rllib_gpuenv.experiments import load_config, load_experiments
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
 
@@ -14,7 +15,6 @@ DQN_FILE = config_file("gpu_cartpole_dqn.yaml")
 # A short learning test: seed 0 first passes a last-100 mean of 50 at iteration 33 (475 after ~100:
 # `bench training --task cartpole-dqn` measures that, README "DeviceDQN").
 LEARNS_WITHIN_ITERATIONS = 60
-
 
 pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
 
@@ -28,9 +28,9 @@ def steps_sampled(result) -> int:
 
 
 def small_config(**training) -> DeviceDQNConfig:
-    """The shipped settings at test sizes: 2 remote runners of 8 envs, 8 steps per rollout."""
+    """The shipped settings at test sizes: 16 envs on the local runner, 8 steps per rollout."""
     config = load_config(DQN_FILE, device="cpu", seed=1).config
-    config.env_runners(num_env_runners=2, num_envs_per_env_runner=8, num_cpus_per_env_runner=0.5).device_rollouts(
+    config.env_runners(num_env_runners=0, num_envs_per_env_runner=16, num_cpus_per_env_runner=0.5).device_rollouts(
         rollout_length=8
     )
     return config.training(num_steps_sampled_before_learning_starts=256, **training).reporting(
@@ -62,7 +62,7 @@ def test_the_target_network_follows_env_steps_sampled():
     """As in RLlib's DQN learner: after every `target_network_update_freq` env steps sampled,
     counted at each learner update (here: one per sampling round of 16 x 8 = 128 steps, on the
     local runner: where the runners are does not matter to the learner)."""
-    config = small_config(target_network_update_freq=256).env_runners(num_env_runners=0, num_envs_per_env_runner=16)
+    config = small_config(target_network_update_freq=256)
     algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
@@ -77,18 +77,18 @@ def test_the_target_network_follows_env_steps_sampled():
         algo.stop()
 
 
-@pytest.mark.parametrize("with_buffer, remote_runners", [(True, 2), (False, 0)])
+@pytest.mark.parametrize("with_buffer, remote_runners", [(True, 1), (False, 0)])
 def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_runners):
-    """With the buffer, through 2 remote runners; without it, through the local runner with as many
-    envs (what a checkpoint restores does not depend on where the runners are)."""
+    """With the buffer, through a remote runner; without it, through the local runner (what a
+    checkpoint restores does not depend on where the runners are). Several remote runners'
+    rollouts go through the same ``sample_rollouts`` as DevicePPO's (test_training.py)."""
     config = small_config(target_network_update_freq=256)
     config.device_replay(checkpoint_replay_buffer=with_buffer)
-    if not remote_runners:
-        config.env_runners(num_env_runners=0, num_envs_per_env_runner=16)
+    config.env_runners(num_env_runners=remote_runners)
     algo = config.build_algo()
     try:
         results = [algo.train() for _ in range(3)]
-        assert [steps_sampled(r) for r in results] == [128, 256, 384]  # 16 envs x 8 steps a round, on 2 runners or 1
+        assert [steps_sampled(r) for r in results] == [128, 256, 384]  # 16 envs x 8 steps a round
         trained = results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"]
         assert trained > 0
         buffer = algo.learner_group._learner._replay
@@ -117,13 +117,3 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
             assert trained_after == trained
     finally:
         restored.stop()
-
-
-def test_the_experiment_file_runs_under_tune(tmp_path):
-    (experiment,) = load_experiments(str(DQN_FILE), stop_overrides={"training_iteration": 2})
-    experiment.config.devices(learner="cpu", env_runners="cpu")
-    results = run_experiment(experiment, storage_path=str(tmp_path), verbose=0)
-    assert len(results) == 1 and results[0].error is None
-    metrics = results[0].metrics
-    assert metrics["training_iteration"] == 2 and metrics["env_runners"]["num_env_steps_sampled_lifetime"] >= 2000
-    assert metrics["env_runners"]["episode_return_mean"] > 0

@@ -1,10 +1,10 @@
 """The device algorithms build and train without a Ray cluster when nothing of theirs is remote
 (``rllib/in_process.py``); with Ray running they use it as RLlib does (tests/rllib/test_training.py).
-Real RLlib and Ray, in a fresh interpreter (no Ray started by another test)."""
+Real RLlib and Ray, in a process of its own (no Ray started by another test)."""
 
 import json
 
-from tests.helpers import run_python
+from tests.helpers import run_code
 
 TRAIN_WITHOUT_RAY = """
 import json, ray, torch
@@ -51,7 +51,7 @@ def _result(job) -> dict:
 
 
 def test_local_algorithms_train_save_and_stop_without_starting_ray(tmp_path):
-    out = _result(run_python(TRAIN_WITHOUT_RAY.replace("{folder}", str(tmp_path))))
+    out = _result(run_code(TRAIN_WITHOUT_RAY.replace("{folder}", str(tmp_path))))
     for name in ("ppo", "dqn"):
         assert out[f"{name}_built_ray"] is False and out[f"{name}_ray_after"] is False, out
         assert out[f"{name}_module_ray_restored"] is True, out  # RLlib's module has Ray back after the build

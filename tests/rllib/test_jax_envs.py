@@ -24,7 +24,7 @@ from rllib_gpuenv.jax_envs import make_jax_env
 from rllib_gpuenv.jax_envs.gymnax_envs import GymnaxVectorEnv, make_gymnax_env
 from rllib_gpuenv.jax_envs.vector_env import use_compilation_cache
 from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
-from tests.helpers import run_python, train_briefly
+from tests.helpers import run_code, run_python, train_briefly
 
 CPU = torch.device("cpu")
 N = 16
@@ -213,7 +213,7 @@ def test_a_missing_extra_fails_in_one_line_naming_it():
         "    except ImportError as err:\n        print(err); print(missing_extra(err))\n"
         "    del sys.modules[blocked]\n"
     )
-    out = run_python(code)
+    out = run_code(code)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == [
         'gymnax envs need jax and gymnax, and jax is not installed: pip install "rllib_gpuenv[jax]"',

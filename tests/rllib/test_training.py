@@ -348,9 +348,9 @@ def test_a_logical_gpu_without_cuda_falls_back_to_the_cpu_and_says_so():
 
     if torch.cuda.is_available():
         pytest.skip("needs a machine where torch has no GPU")
-    from tests.helpers import run_python
+    from tests.helpers import run_code
 
-    out = run_python(
+    out = run_code(
         "import ray\n"
         "from rllib_gpuenv.rllib import DevicePPOConfig\n"
         "ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)\n"
