@@ -20,6 +20,11 @@ os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"rllib_gpuenv-tests-jax-{os.getuid()}")
 )
 
+# Ray starts a worker process per logical CPU ahead of demand when a driver connects; most tests'
+# Ray instances run a few actors or none, and each unused worker costs about a second of CPU on
+# this 2-core machine. Workers start when an actor or task asks for one.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One of several test processes on this machine's cores (setup.cfg: -n 2): torch's thread per
     # core in each would make them fight (benchmarks/RESULTS.md, "Several learners"). One compute
@@ -35,25 +40,25 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # --no-loadscope-reorder keeps this order), so long files first and short ones last lets both end
 # together, rather than one waiting out the other's last long file (about 50 s when left to
 # xdist's order, which puts the files with the most tests first).
-LONGEST_FIRST = [  # measured 2026-11-26 on a slow 2-core machine (the suite: 1,184 s there)
-    "rllib/test_learners.py",  # 249
-    "cli/test_rllib_train.py",  # 226
-    "bench/test_benchmarks.py",  # 199
-    "bench/test_training_races.py",  # 164
-    "rllib/test_training.py",  # 162
-    "test_examples.py",  # 140
-    "rllib/test_cluster.py",  # 122
-    "rllib/test_dqn.py",  # 99
-    "rllib/test_brax_envs.py",  # 80 with JAX's compilation cache empty (CI), 22 with it warm
-    "cli/test_job_submit.py",  # 79
-    "experiments/test_tune_resources.py",  # 71
-    "cli/test_main_job.py",  # 62
-    "rllib/test_suite_training.py",  # 42
-    "rllib/test_jax_envs.py",  # 40
-    "cli/test_evaluate.py",  # 36
-    "cli/test_command_endings.py",  # 36
-    "rllib/test_resume.py",  # 30
-    "rllib/test_lean_update.py",  # 30
+LONGEST_FIRST = [  # measured 2026-11-26 on a slow 2-core machine (the suite: 836 s there)
+    "rllib/test_learners.py",  # 158
+    "rllib/test_training.py",  # 155
+    "cli/test_rllib_train.py",  # 149
+    "bench/test_training_races.py",  # 125
+    "bench/test_benchmarks.py",  # 111
+    "rllib/test_resume.py",  # 88
+    "rllib/test_brax_envs.py",  # 80 with JAX's compilation cache empty (CI), 32 with it warm
+    "rllib/test_cluster.py",  # 76
+    "experiments/test_tune_resources.py",  # 76
+    "rllib/test_lean_update.py",  # 70
+    "rllib/test_dqn.py",  # 60
+    "cli/test_job_submit.py",  # 57
+    "cli/test_main_job.py",  # 57
+    "test_examples.py",  # 42
+    "cli/test_command_endings.py",  # 40
+    "rllib/test_jax_envs.py",  # 38
+    "rllib/test_suite_training.py",  # 37
+    "backends/test_cuda_compile.py",  # 36
 ]
 
 
