@@ -20,11 +20,6 @@ os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"rllib_gpuenv-tests-jax-{os.getuid()}")
 )
 
-# Ray starts a worker process per logical CPU ahead of demand when a driver connects; most tests'
-# Ray instances run a few actors or none, and each unused worker costs about a second of CPU on
-# this 2-core machine. Workers start when an actor or task asks for one.
-os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One of several test processes on this machine's cores (setup.cfg: -n 2): torch's thread per
     # core in each would make them fight (benchmarks/RESULTS.md, "Several learners"). One compute
@@ -40,7 +35,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # --no-loadscope-reorder keeps this order), so long files first and short ones last lets both end
 # together, rather than one waiting out the other's last long file (about 50 s when left to
 # xdist's order, which puts the files with the most tests first).
-LONGEST_FIRST = [  # measured 2026-11-26 on a slow 2-core machine (the suite: 836 s there)
+LONGEST_FIRST = [  # measured 2026-11-26 on a slow 2-core machine (the suite: 836-842 s there)
     "rllib/test_learners.py",  # 158
     "rllib/test_training.py",  # 155
     "cli/test_rllib_train.py",  # 149
