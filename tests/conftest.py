@@ -42,11 +42,11 @@ LONGEST_FIRST = [  # measured 2026-11-26 on a slow 2-core machine (the suite: 83
     "bench/test_training_races.py",  # 125
     "bench/test_benchmarks.py",  # 111
     "rllib/test_resume.py",  # 88
-    "rllib/test_brax_envs.py",  # 80 with JAX's compilation cache empty (CI), 32 with it warm
     "rllib/test_cluster.py",  # 76
     "experiments/test_tune_resources.py",  # 76
     "rllib/test_lean_update.py",  # 70
     "rllib/test_dqn.py",  # 60
+    "rllib/test_brax_envs.py",  # 59 with JAX's compilation cache empty (CI), 32 with it warm
     "cli/test_job_submit.py",  # 57
     "cli/test_main_job.py",  # 57
     "test_examples.py",  # 42

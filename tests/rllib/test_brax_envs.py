@@ -145,24 +145,24 @@ def test_the_runner_s_env_is_compiled_when_made_and_the_commands_drop_mjx_s_noti
 
     from rllib_gpuenv.cli import quiet
 
-    spaces_only = DeviceEnvRunner(config=runner_config(6).learners(num_learners=2)).env.unwrapped
+    spaces_only = DeviceEnvRunner(config=runner_config(N).learners(num_learners=2)).env.unwrapped
     assert spaces_only.num_envs == 1 and spaces_only.compile_s is None
     notice = "Using JAX default device"
     caplog.set_level(logging.INFO)
-    env = DeviceEnvRunner(config=runner_config(6)).env.unwrapped  # new sizes: compiled afresh
+    env = DeviceEnvRunner(config=runner_config(N)).env.unwrapped  # a new env: traced and compiled afresh
     compiled = env._reset._cache_size(), env._step._cache_size()
     assert compiled == (1, 1) and env.compile_s > 0 and env.compile() == env.compile_s
     assert notice in caplog.text
     obs, _ = env.reset(seed=3)
-    env.step(torch.rand(6, 1) * 2 - 1)  # what the runner passes: float32 (num_envs, 1)
+    env.step(torch.rand(N, 1) * 2 - 1)  # what the runner passes: float32 (num_envs, 1)
     assert (env._reset._cache_size(), env._step._cache_size()) == compiled
-    again, _ = make_jax_env(PENDULUM, 6, CPU, {"episode_length": LIMIT}).reset(seed=3)
+    again, _ = pendulum().reset(seed=3)
     assert torch.equal(obs, again)
 
     caplog.clear()
     quiet.quiet_start()
     try:
-        make_jax_env(PENDULUM, 5, CPU, {"episode_length": LIMIT}).reset(seed=0)  # traced again
+        pendulum().reset(seed=0)  # traced again
         assert notice not in caplog.text
     finally:  # this test process's loggers as they were
         for name in quiet.NOTICES:
