@@ -35,7 +35,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # --no-loadscope-reorder keeps this order), so long files first and short ones last lets both end
 # together, rather than one waiting out the other's last long file (about 50 s when left to
 # xdist's order, which puts the files with the most tests first).
-LONGEST_FIRST = [  # measured 2026-11-26 on a slow 2-core machine (the suite: 836-842 s there)
+LONGEST_FIRST = [  # measured 2026-11-26 on a slow 2-core machine (the suite: 836-842 s there, caches warm)
     "rllib/test_learners.py",  # 158
     "rllib/test_training.py",  # 155
     "cli/test_rllib_train.py",  # 149
