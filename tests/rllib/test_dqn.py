@@ -1,5 +1,5 @@
 """DeviceDQN with real Ray: it solves CartPole with the shipped settings (which are its defaults),
-its target network follows env steps as RLlib's does, it trains with remote runners and restores
+its target network follows env steps as RLlib's does, it trains with a remote runner and restores
 from checkpoints with or without its replay buffer. (Its experiment file's settings run under Tune
 in test_rllib_train.py: `rllib train --algo DeviceDQN` starts from them.)"""
 
