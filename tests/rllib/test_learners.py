@@ -61,14 +61,19 @@ def same_weights(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_colocated_ppo_learners_step_their_own_envs_train_in_step_evaluate_and_name_a_dead_one():
+def test_colocated_ppo_learners_train_evaluate_resume_exactly_and_name_a_dead_one(tmp_path):
     """One build for what colocated PPO learners do: sample and train in the training step, keep
     DDP's weights identical, report every learner's episodes, give RLlib's evaluation (its own
-    runner and envs) the trained actor, and name a learner that dies."""
+    runner and envs) the trained actor; a checkpoint resumes them exactly (weights, envs and
+    RLlib's default adaptive KL coefficient, learner state); a learner that dies is named."""
     config = ppo().evaluation(evaluation_interval=1, evaluation_duration=8, evaluation_duration_unit="episodes")
+    assert config.use_kl_loss  # RLlib's default: the adaptive KL coefficient is learner state
     algo = config.build_algo()
     try:
-        results = [algo.train() for _ in range(3)]
+        results = [algo.train() for _ in range(2)]
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+        results.append(algo.train())
+        went_on = algo.call_learners(_weights), algo.call_learners(_env_state), algo.call_learners(_kl_coeff)
         # each learner samples 16 envs x 16 steps per iteration; the driver's runner none
         assert [r["env_runners"]["num_env_steps_sampled"] for r in results] == [512] * 3
         assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 1536
@@ -92,38 +97,25 @@ def test_colocated_ppo_learners_step_their_own_envs_train_in_step_evaluate_and_n
         assert evaluation["num_episodes"] == 8 and evaluation["episode_return_mean"] > 0
         module = algo.eval_env_runner.module.state_dict()
         assert all(torch.equal(module[k].cpu(), first[k]) for k in module)  # the actor, as the learners have it
-
-        _, pid = algo.call_learners(lambda learner: os.getpid())
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(Exception, match=r"learner 1 of 2 died during the training step"):
-            algo.train()
     finally:
         algo.stop()
 
-
-def test_colocated_learners_resume_exactly_with_rllibs_default_kl_loss(tmp_path):
-    config = ppo()
-    assert config.use_kl_loss  # RLlib's default: the adaptive KL coefficient is learner state
-    algo = config.build_algo()
-    try:
-        for _ in range(2):
-            algo.train()
-        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
-        algo.train()
-        went_on = algo.call_learners(_weights), algo.call_learners(_env_state), algo.call_learners(_kl_coeff)
-    finally:
-        algo.stop()
     restored = DevicePPO.from_checkpoint(path)
     try:
         restored.train()
         resumed = restored.call_learners(_weights), restored.call_learners(_env_state), restored.call_learners(_kl_coeff)
+        for a, b in zip(went_on[0], resumed[0]):
+            assert same_weights(a, b)
+        for a, b in zip(went_on[1], resumed[1]):
+            assert torch.equal(a, b)
+        assert went_on[2] == resumed[2] and went_on[2][0] != config.kl_coeff
+
+        _, pid = restored.call_learners(lambda learner: os.getpid())
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(Exception, match=r"learner 1 of 2 died during the training step"):
+            restored.train()
     finally:
         restored.stop()
-    for a, b in zip(went_on[0], resumed[0]):
-        assert same_weights(a, b)
-    for a, b in zip(went_on[1], resumed[1]):
-        assert torch.equal(a, b)
-    assert went_on[2] == resumed[2] and went_on[2][0] != config.kl_coeff
 
 
 def _kl_coeff(learner) -> float:
