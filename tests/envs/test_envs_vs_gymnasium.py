@@ -148,9 +148,7 @@ def test_sutton_barto_reward_matches_gymnasium(backend):
 
 # numba compiles an env's parameters into its kernel, the same way for every env: one env's new
 # kernel checks that (each costs a compile of several seconds); torch checks every env's.
-@pytest.mark.parametrize(
-    "env_id, backend", [(env_id, "torch") for env_id in ENV_DEFS] + [("GPUCartPole-v1", "numba-cpu")]
-)
+@pytest.mark.parametrize("env_id, backend", [(env_id, "torch") for env_id in ENV_DEFS] + [("GPUCartPole-v1", "numba-cpu")])
 def test_parameters_override_as_gymnasium_attributes(env_id, backend):
     """A parameter set on our env equals the same attribute set on gymnasium's env."""
     name, value = {
