@@ -1,8 +1,8 @@
 """A real two-node Ray cluster on this machine (two ``ray start --block`` processes, token
 authentication): DevicePPO with 2 colocated learners, one on each node, trains, saves, restores
-(placing new learners on both nodes) and trains on. Where the learners go is the algorithm's
-learner group's, the same for DeviceDQN, whose colocated learners (their replay shards, their
-restore) are tested on one node (test_learners.py): two learner starts fewer here."""
+(placing new learners on both nodes) and trains on. Placing learners is the learner group's, the
+same for DeviceDQN, whose colocated learners (their replay shards, their restore) are tested on
+one node (test_learners.py)."""
 
 import json
 
