@@ -2,13 +2,19 @@
 # The GPU proof, for a session that has the lent GPU machine (device tool).
 #
 #   bash benchmarks/gpu_session.sh pack     # here, once: .whl/ with Ray, gymnasium and gymnax
-#   # then one device call: command "bash benchmarks/gpu_session.sh run", carry [".whl"], timeout_s 600
+#   # then device calls (below) of "bash benchmarks/gpu_session.sh run [STAGES]", carry [".whl"]
 #
-# A lease is 15 minutes of device time, its start included, and one call runs 10 at most: so
-# "run" does every stage in one call, each command under its own cap (seconds, below) and all
-# under GPU_STAGE_BUDGET_S (default 560), in the order of what matters most. What a cap or the
-# budget cuts is missing from the archive and "unmeasured" in targets.txt, never guessed; a
-# second call (on the still-warm machine) can run the rest: "run training learners".
+# A lease is 15 minutes of device time, its start (~30 s) included, and one call runs 10 at most.
+# Each command runs under its own cap (seconds, below; sized from the H100 run of 2026-11-26) and
+# all under GPU_STAGE_BUDGET_S (default 560), in the order of what matters most. What a cap or
+# the budget cuts is missing from the archive, listed in cut.txt and "unmeasured" in targets.txt,
+# never guessed; timings.txt says what each command took. GPU_ONLY names the benchmarks to run
+# (block_size scaling sampling update scaling_breakout breakdown training ppo_eager_step
+# training_dqn training_pendulum ppo_512envs learners), the rest skipped. Two calls fill a lease:
+#   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "tests bench"      (timeout_s 420)
+#   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "training"         (timeout_s 420)
+# the second at once, while the machine is warm (30 s). benchmarks/RESULTS.md ("On a GPU") says
+# what the last lease measured and what GPU_ONLY the next should give.
 # The image has torch, numba-cuda, JAX, pytest and pytest-xdist; Ray, gymnasium and gymnax travel.
 #   tests     tests/test_gpu.py (both CUDA backends against the CPU for every env, MinAtar Breakout's
 #             array written in place by the kernel included, no host sync per step or per rollout
@@ -24,9 +30,10 @@
 #             each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the time per gradient
 #             step of the captured and the eager lean update against RLlib's and plain torch on the
 #             GPU (bench update), the iteration breakdown;
-#   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, then with the gradient step eager:
-#             cuda_graphs false), DQN, Pendulum PPO to -300 and gpu_cartpole_ppo_512envs.yaml, on
-#             the device path, 3 seeds each, with the GPU's utilisation sampled every 0.2 s;
+#   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, gpu_cartpole_ppo_512envs.yaml), DQN,
+#             Pendulum PPO to -300, and the first PPO file with the gradient step eager
+#             (cuda_graphs false), on the device path, 3 seeds each, with the GPU's utilisation
+#             sampled every 0.2 s;
 #   learners  one learner in the driver against one colocated learner actor on the GPU and the
 #             separate layout (an env runner and a learner sharing the GPU), with a rollout's trip
 #             through Ray from the GPU (bench learners). N learners need N GPUs (NCCL cannot put
@@ -59,6 +66,12 @@ run)
     trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null; tar czf "$OUT/gpu_${stages// /_}.tgz" -C "$RES" . && echo "results: $OUT/gpu_${stages// /_}.tgz"' EXIT
     if [ -d .whl ]; then  # the lent machine: Ray and gymnasium travel as wheels
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+        # The image pairs numpy 2.5 with a numba-cuda that registers np.row_stack at import, which
+        # numpy 2.5 removed (numba 0.68.1 checks first; numba-cuda, as of 0.30.4, does not): every kernel
+        # compile fails with "module 'numpy' has no attribute 'row_stack'". Put the alias back for
+        # every process here (H100 lease, 2026-11-26).
+        printf '%s\n' 'import numpy' 'if not hasattr(numpy, "row_stack"):  # removed in numpy 2.5; numba-cuda still registers it' \
+            '    numpy.row_stack = numpy.vstack' >/tmp/site/sitecustomize.py
         export PYTHONPATH=/tmp/site:$PWD
     else  # a machine of your own: the python3 on PATH has everything (./run.sh's .venv/bin first on PATH)
         export PYTHONPATH=$PWD
@@ -73,10 +86,14 @@ run)
     }
     bench() {  # bench CAP DIR NAME ARGS...: results in $RES/DIR, the table in $RES/DIR/NAME.txt and here
         local t; t=$(left "$1"); local dir=$RES/$2 name=$3; shift 3; mkdir -p "$dir"
+        local key=$name; [ "$dir" = "$RES/." ] || key=${dir#"$RES"/}
+        if [ -n "${GPU_ONLY:-}" ] && [[ " $GPU_ONLY " != *" $key "* ]]; then echo "$key: not run (GPU_ONLY)" >>"$RES/cut.txt"; return; fi
         [ "$t" -gt 0 ] || { echo "$name: not run, the stage budget is spent" | tee -a "$RES/cut.txt"; return; }
         echo "== bench $name (at most ${t}s)"
+        local start=$SECONDS
         timeout "$t" python3 -m rllib_gpuenv.cli bench "$@" --plot --out "$dir" 2>>"$dir/$name.log" | tee "$dir/$name.txt" | tail -25
         [ "${PIPESTATUS[0]}" = 124 ] && echo "$name: cut at its cap of ${t}s" | tee -a "$RES/cut.txt"
+        echo "$key $((SECONDS - start)) s" >>"$RES/timings.txt"
     }
     {
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "no nvidia-smi: no GPU here"
@@ -86,27 +103,29 @@ run)
         case $stage in
         tests)  # six workers, test by test; setup.cfg's addopts are CI's (and name xdist options the image may lack)
             [ "$(left 200)" -gt 0 ] || { echo "tests: not run, the stage budget is spent" | tee -a "$RES/cut.txt"; continue; }
+            start=$SECONDS
             timeout "$(left 200)" python3 -m pytest -o addopts= -v -n 6 -p no:cacheprovider -rs --durations=15 \
                 tests/test_gpu.py tests/backends/test_cuda_compile.py tests/rllib/test_host_reads.py \
-                tests/backends/test_backends_agree.py tests/backends/test_numba_cuda_sim.py 2>&1 | tee "$RES/tests.txt" | tail -40 ;;
+                tests/backends/test_backends_agree.py tests/backends/test_numba_cuda_sim.py 2>&1 | tee "$RES/tests.txt" | tail -40
+            echo "tests $((SECONDS - start)) s" >>"$RES/timings.txt" ;;
         bench)
-            bench 30 . block_size block-size --num-envs 65536,1048576,16777216
-            bench 45 . scaling scaling --num-envs 1024..16777216 --only cuda
-            bench 40 . sampling sampling --num-envs 4096,65536,1048576
-            bench 40 . update update --device cuda --minibatch-sizes 128,512,1024,4096
-            bench 25 . scaling_breakout scaling --env GPUBreakout-MinAtar --num-envs 1024..1048576 --only cuda
-            bench 50 . breakdown breakdown ;;
+            bench 40 . block_size block-size --num-envs 65536,1048576,16777216
+            bench 60 . scaling scaling --num-envs 1024..16777216 --only cuda
+            bench 120 . sampling sampling --num-envs 4096,65536,1048576
+            bench 60 . update update --device cuda --minibatch-sizes 128,512,1024,4096
+            bench 40 . scaling_breakout scaling --env GPUBreakout-MinAtar --num-envs 1024..1048576 --only cuda
+            bench 90 . breakdown breakdown ;;
         training)
             # utilisation.csv: the GPU's busy share and memory every 0.2 s while the stage trains
             nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 >"$RES/utilisation.csv" 2>&1 &
             sampler=$!
-            bench 90 . training training --contenders device --budget 30
+            bench 130 . training training --contenders device --budget 30
+            bench 130 ppo_512envs training training --contenders device --budget 30 --device-config configs/gpu_cartpole_ppo_512envs.yaml
+            bench 120 . training_dqn training --task cartpole-dqn --contenders device --budget 40
+            bench 120 . training_pendulum training --task pendulum-ppo --contenders device --budget 40
             sed 's/^    use_kl_loss: false.*/&\n    cuda_graphs: false/' configs/gpu_cartpole_ppo.yaml > "$RES/ppo_eager_step.yaml"
             grep -q '^    cuda_graphs: false' "$RES/ppo_eager_step.yaml" || echo "ppo_eager_step.yaml: cuda_graphs not set" >&2
-            bench 75 ppo_eager_step training training --contenders device --budget 30 --device-config "$RES/ppo_eager_step.yaml"
-            bench 90 . training_dqn training --task cartpole-dqn --contenders device --budget 40
-            bench 90 . training_pendulum training --task pendulum-ppo --contenders device --budget 40
-            bench 90 ppo_512envs training training --contenders device --budget 30 --device-config configs/gpu_cartpole_ppo_512envs.yaml
+            bench 120 ppo_eager_step training training --contenders device --budget 30 --device-config "$RES/ppo_eager_step.yaml"
             kill "$sampler" 2>/dev/null; sampler= ;;
         learners)
             bench 120 . learners learners --device cuda --learners 1 --seeds 0,1,2 --budget 60 \

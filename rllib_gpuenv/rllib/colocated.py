@@ -58,6 +58,9 @@ class LearnerEnvRunner(DeviceEnvRunner):
     def _samplers(self) -> int:
         return max(1, self.config.num_learners)
 
+    def _rollout_travels(self) -> bool:
+        return False  # the learner trains on it where it is (its worker index only seeds it)
+
     def make_module(self) -> None:
         self.module = self._given_module  # the learner's own (DDP's inner module): sampled with as it trains
 

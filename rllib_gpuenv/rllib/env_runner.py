@@ -408,10 +408,12 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self._log_metrics(
             T * self.num_envs, returns[ended] if episodes else torch.zeros(0), lengths[ended] if episodes else torch.zeros(0)
         )
-        rollout = self._buffers
-        if self.worker_index:  # a remote runner: the rollout travels through Ray's object store
-            rollout = rollout.to("cpu")
-        return rollout
+        return self._buffers.to("cpu") if self._rollout_travels() else self._buffers
+
+    def _rollout_travels(self) -> bool:
+        """Whether ``sample()``'s rollout leaves this process: a remote runner's goes through Ray's
+        object store, so it is handed over on the host; the local runner's stays on its device."""
+        return bool(self.worker_index)
 
     def _evaluate(self, num_episodes: int | None, num_timesteps: int | None, explore: bool) -> list[SingleAgentEpisode]:
         """Play episodes in all envs at once; return them (RLlib episodes) and log their metrics.

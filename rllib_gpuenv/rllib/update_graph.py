@@ -19,7 +19,8 @@ LeanRL does this for CleanRL's PPO). What a graph needs, and how ``StepGraph`` p
 
 Capture fails where something in the step reads back from the GPU or cannot be captured (a
 module of the user's own, an optimizer without ``capturable``): the learner logs why and goes on
-with the eager lean update. On a CPU the same static-buffer step runs without capture, which is
+with the eager lean update, once torch's random generator is out of the capture mode a failed
+capture leaves it in (``release_random_generator``). On a CPU the same static-buffer step runs without capture, which is
 how the tests check everything but the capture itself without a GPU.
 """
 
@@ -142,6 +143,7 @@ class StepGraph:
         except Exception as error:  # noqa: BLE001 - any failure to capture means: run eagerly
             self.capture, self.failure = False, f"{type(error).__name__}: {error}"
             self.side_stream = None
+            release_random_generator(self.buffers.nonfinite.device)
             for optimizer in self.optimizers:
                 optimizer.zero_grad(set_to_none=True)
             logger.warning("The gradient step could not be captured as a CUDA graph (%s): it runs eagerly", self.failure)
@@ -155,6 +157,22 @@ class StepGraph:
                     group["capturable"] = capturable
         self.graph, self.outputs = graph, outputs
         logger.info("The update's gradient step is captured as a CUDA graph: every later minibatch replays it")
+
+
+def release_random_generator(device: torch.device) -> None:
+    """Take the device's default CUDA generator out of capture mode after a failed capture.
+
+    A capture registers the generator and puts it in capture mode; only a capture that ends well
+    takes it out (torch's ``capture_end`` raises before it gets there). Left so, every random
+    draw outside a capture on that device fails ("Offset increment outside graph capture
+    encountered unexpectedly"): the env runner's next action draw, say. A one-op capture that
+    ends well releases it."""
+    try:
+        scratch = torch.zeros((), device=device)
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            scratch.add_(1)
+    except Exception as error:  # noqa: BLE001 - say what is left broken rather than fail the update
+        logger.warning("After the failed capture, random draws on %s may fail (%s: %s)", device, type(error).__name__, error)
 
 
 def signature(columns: TensorColumns, size: int) -> tuple:

@@ -18,7 +18,10 @@ from rllib_gpuenv.core.jit import single_precision, use_numba
 
 
 def rollout(backend: str, env_id: str = "GPUCartPole-v1", dtype: str = "float64", n: int = 64, steps: int = 200, **kwargs):
-    env = make_vector_env(env_id, n, backend=backend, dtype=dtype, max_episode_steps=50, episode_statistics=True, **kwargs)
+    """The CPU backends (torch on the CPU where a GPU is there too): test_gpu.py compares the GPU's."""
+    env = make_vector_env(
+        env_id, n, backend=backend, device="cpu", dtype=dtype, max_episode_steps=50, episode_statistics=True, **kwargs
+    )
     env.reset(seed=123)
     env.action_space.seed(0)
     states, flags, rewards, lengths = [env.state], [], [], []

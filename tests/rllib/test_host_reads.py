@@ -30,6 +30,21 @@ def gpu_code_paths(monkeypatch):
     monkeypatch.setattr(ops, "host_reads_are_free", lambda device: False)
 
 
+def test_a_rollout_goes_to_the_host_only_to_leave_its_process():
+    """A remote runner hands its rollout to Ray (on the host); a colocated learner's envs hand
+    theirs to the learner beside them as it is (on a GPU a copy would cost a read-back per
+    column, and the update would copy it back)."""
+    from rllib_gpuenv.rllib.colocated import LearnerEnvRunner
+
+    config = load_config(config_file("gpu_cartpole_ppo.yaml"), device="cpu", seed=0).config.copy(copy_frozen=False)
+    config.env_runners(num_envs_per_env_runner=8).device_rollouts(rollout_length=4)
+    module = DeviceEnvRunner(config=config).module
+    remote = DeviceEnvRunner(config=config, worker_index=1)
+    colocated = LearnerEnvRunner(config=config, worker_index=1, module=module, device=torch.device("cpu"), num_threads=1)
+    assert remote.sample() is not remote._buffers
+    assert colocated.sample() is colocated._buffers
+
+
 def test_the_counter_sees_torchs_samplers_read_back():
     """RLlib's own samplers wait for the GPU: what the device runner must not call per step."""
     logits = torch.zeros(8, 2)
