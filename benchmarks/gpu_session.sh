@@ -9,7 +9,7 @@
 # all under GPU_STAGE_BUDGET_S (default 560), in the order of what matters most. What a cap or
 # the budget cuts is missing from the archive, listed in cut.txt and "unmeasured" in targets.txt,
 # never guessed; timings.txt says what each command took. GPU_ONLY names the benchmarks to run
-# (block_size scaling sampling update scaling_breakout breakdown training ppo_eager_step
+# (block_size scaling sampling update ops scaling_breakout breakdown training ppo_eager_step
 # training_dqn training_pendulum ppo_512envs learners), the rest skipped. Two calls fill a lease:
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "tests bench"      (timeout_s 420)
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "training"         (timeout_s 420)
@@ -29,7 +29,8 @@
 #             contenders from 2^10 to 2^24 envs (MinAtar Breakout, an env with a 10x10x4 array
 #             each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the time per gradient
 #             step of the captured and the eager lean update against RLlib's and plain torch on the
-#             GPU (bench update), the iteration breakdown;
+#             GPU (bench update), the torch step's ops counted on the GPU (bench ops), the
+#             iteration breakdown;
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, gpu_cartpole_ppo_512envs.yaml), DQN,
 #             Pendulum PPO to -300, and the first PPO file with the gradient step eager
 #             (cuda_graphs false), on the device path, 3 seeds each, with the GPU's utilisation
@@ -113,6 +114,7 @@ run)
             bench 60 . scaling scaling --num-envs 1024..16777216 --only cuda
             bench 120 . sampling sampling --num-envs 4096,65536,1048576
             bench 60 . update update --device cuda --minibatch-sizes 128,512,1024,4096
+            bench 30 . ops ops --device cuda --num-envs 1048576
             bench 40 . scaling_breakout scaling --env GPUBreakout-MinAtar --num-envs 1024..1048576 --only cuda
             bench 90 . breakdown breakdown ;;
         training)

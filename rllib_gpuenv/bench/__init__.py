@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "block-size": ("block_size", "numba-cuda threads per block at several num_envs (GPU)", ()),
     "workload": ("workload", "time per step vs substeps (work per step) for the torch and numba backends", ()),
+    "ops": ("step_ops", "ATen ops and bytes per env of one torch-backend step vs plain torch (no timing: exact counts)", ()),
     "sampling": (
         "sampling",
         "env-steps/s of an env runner's sample(), policy included: device runner vs env alone and RLlib's runner",

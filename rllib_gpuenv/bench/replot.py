@@ -1,6 +1,6 @@
 """Draw the plots and print the tables of recorded benchmark results again, from their JSON.
 
-    python -m rllib_gpuenv.bench.replot benchmarks/     # every scaling, training, breakdown, workload, sampling result there
+    python -m rllib_gpuenv.bench.replot benchmarks/     # every result there of a kind below (REPLOTS)
 
 A result is ``<kind>.json`` or ``<kind>_<variant>.json`` (``scaling_GPUPendulum-v1.json``); its
 plot is drawn again as ``<same name>.png``.
@@ -50,6 +50,13 @@ def _workload(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     return workload.summary(rows), workload.plot_workload(rows, out_dir)
 
 
+def _ops(result: dict, out_dir: str, name: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import step_ops
+
+    rows = result["rows"]
+    return step_ops.summary_text(rows), step_ops.plot_ops(rows, out_dir)
+
+
 def _sampling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import sampling
 
@@ -78,6 +85,7 @@ REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "sampling": _sampling,
     "learners": _learners,
     "update": _update,
+    "ops": _ops,
 }
 
 

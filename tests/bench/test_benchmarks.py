@@ -32,6 +32,17 @@ def test_workload(tmp_path):
     assert len(outputs(tmp_path, "workload")["rows"]) == 4  # 2 backends x 2 substeps
 
 
+def test_ops_counts_a_step_and_its_initial_state_draw(tmp_path):
+    """In this process (counting needs no subprocess): exact counts, the draw's share apart."""
+    from rllib_gpuenv.bench import step_ops
+
+    rows = {r["contender"]: r for r in step_ops.run("GPUCartPole-v1", 4096, "cpu", out_dir=str(tmp_path), plot=True)}
+    plain, ours = rows["plain torch"], rows["ours: torch"]
+    assert plain["draw_ops"] == 0 and 0 < ours["draw_ops"] < ours["ops"] and plain["ops"] < ours["ops"]
+    assert 0 < ours["draw_bytes_per_env"] < ours["bytes_per_env"]
+    assert {p.name for p in tmp_path.iterdir()} == {"ops.json", "ops.csv", "ops.png"}
+
+
 def test_block_size_under_the_cuda_simulator(tmp_path):
     out = bench(
         tmp_path, "block-size", "--num-envs", "32", "--candidates", "16,32", "--steps", "2", env={"NUMBA_ENABLE_CUDASIM": "1"}
