@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
-from rllib_gpuenv.core.step import BoundEnv
+from rllib_gpuenv.core.step import BoundEnv, DrawConstants
 
 
 class Backend:
@@ -29,10 +29,15 @@ class Backend:
 
     def reset(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """Draw every env's initial state for its current episode counter."""
-        numbers, array = self.env.initial_states(buffers.episode, constants)
+        numbers, array = self.env.initial_states(buffers.episode, constants, self._draw_constants(constants))
         buffers.state.copy_(numbers)
         if array is not None:
             buffers.array.copy_(array)
+
+    def _draw_constants(self, constants: StepConstants) -> DrawConstants | None:
+        """What drawing initial states on tensors may keep between draws; None: made per draw
+        (a kernel backend draws on tensors only at ``reset``)."""
+        return None
 
     def kernel_tensors(self, buffers: EnvBuffers) -> dict[str, torch.Tensor]:
         """The buffers a kernel takes by name: every kernel has an ``array`` argument, which an

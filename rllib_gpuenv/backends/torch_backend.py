@@ -11,10 +11,12 @@ import torch
 from rllib_gpuenv.backends.base import Backend
 from rllib_gpuenv.core import ops
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
+from rllib_gpuenv.core.step import DrawConstants, draw_constants
 
 
 class TorchBackend(Backend):
     name = "torch"
+    _draw: DrawConstants | None = None  # this seed's hash of every env, kept between steps
 
     def step(self, buffers: EnvBuffers, actions: torch.Tensor, constants: StepConstants, fresh: bool) -> StepOutputs:
         b = buffers
@@ -25,7 +27,7 @@ class TorchBackend(Backend):
         # wait for the GPU to answer.
         if not ops.host_reads_are_free(state.device) or bool(resetting.any()):
             b.episode += resetting
-            initial, initial_array = self.env.initial_states(b.episode, constants)
+            initial, initial_array = self.env.initial_states(b.episode, constants, self._draw_constants(constants))
             state = torch.where(resetting, initial.to(self.dtype), state)
             if array is not None:
                 array = torch.where(resetting, initial_array.to(self.dtype), array)
@@ -51,3 +53,10 @@ class TorchBackend(Backend):
             final_length=torch.where(done, b.steps, 0),
             final_mask=done,
         )
+
+    def _draw_constants(self, constants: StepConstants) -> DrawConstants:
+        """Made at ``reset`` for its seed, reused by every step's draw."""
+        key = (constants.seed32, constants.lows, constants.highs, self.num_envs, self.device)
+        if self._draw is None or self._draw.key != key:
+            self._draw = draw_constants(constants.seed32, constants.lows, constants.highs, self.num_envs, self.device)
+        return self._draw

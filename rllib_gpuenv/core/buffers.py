@@ -114,8 +114,9 @@ class StepConstants(NamedTuple):
 
 def bytes_per_env(state_size: int, obs_size: int, action_size: int, dtype: torch.dtype) -> int:
     """A generous estimate of device memory per env: buffers, outputs, fresh copies of the
-    outputs, actions, and the temporaries of the torch backend's elementwise ops. ``state_size``
-    and ``obs_size`` count every number, an env's array and array observation included."""
+    outputs, actions, and the temporaries of the torch backend's elementwise ops and its kept hash
+    of every initial-state number (int64, ``core.step.DrawConstants``). ``state_size`` and
+    ``obs_size`` count every number, an env's array and array observation included."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     per_copy = state_size * itemsize + 4 + 1 + 8 + itemsize + obs_size * 4 + 4 + 1 + 1 + itemsize + 4 + 1
-    return 3 * per_copy + 12 * state_size * itemsize + 8 * action_size
+    return 3 * per_copy + 12 * state_size * itemsize + 8 * state_size + 8 * action_size

@@ -38,11 +38,24 @@ def mix32(h):
 
 
 @jitable
+def env_bits(seed32, env_index, component):
+    """The hash of one state component of one environment before its episode is mixed in: the
+    same for every episode, so code on whole tensors computes it once per seed (the torch backend;
+    ``core.step.InitialStateDraw``) and a step only finishes it (``episode_bits``)."""
+    h = mix32((seed32 + mul32(_GOLDEN, component + 1)) & MASK32)
+    return mix32(h ^ (env_index & MASK32))
+
+
+@jitable
+def episode_bits(bits, episode):
+    """``env_bits`` finished with the episode counter: 32 random bits for that episode."""
+    return mix32(bits ^ (episode & MASK32))
+
+
+@jitable
 def reset_bits(seed32, env_index, episode, component):
     """32 random bits for one state component of one episode of one environment."""
-    h = mix32((seed32 + mul32(_GOLDEN, component + 1)) & MASK32)
-    h = mix32(h ^ (env_index & MASK32))
-    return mix32(h ^ (episode & MASK32))
+    return episode_bits(env_bits(seed32, env_index, component), episode)
 
 
 @jitable

@@ -36,7 +36,7 @@ from rllib_gpuenv.core import tuples
 from rllib_gpuenv.core.env_def import EnvDef
 from rllib_gpuenv.core.jit import bind, jitable, single_precision
 from rllib_gpuenv.core.ops import select, tensor_float, to_float32
-from rllib_gpuenv.core.rng import bits_to_uniform, reset_bits
+from rllib_gpuenv.core.rng import bits_to_uniform, env_bits, episode_bits, reset_bits
 
 logger = logging.getLogger(__name__)
 
@@ -156,14 +156,31 @@ def _load_scalar(array, i):
     return array[i]
 
 
-def initial_states(episode: torch.Tensor, seed32: int, lows, highs, float32: bool = False) -> torch.Tensor:
+@dataclass(frozen=True)
+class DrawConstants:
+    """What drawing initial states on tensors keeps for one seed (``draw_constants``): every
+    component's ``env_bits`` of every env, ``(S, N)``, the part of the hash without the episode."""
+
+    key: tuple
+    bits: torch.Tensor
+
+
+def draw_constants(seed32: int, lows, highs, num_envs: int, device: torch.device) -> DrawConstants:
+    component = torch.arange(len(lows), device=device, dtype=torch.int64)[:, None]
+    env_index = torch.arange(num_envs, device=device, dtype=torch.int64)
+    return DrawConstants(
+        key=(seed32, tuple(lows), tuple(highs), num_envs, device), bits=env_bits(seed32, env_index, component)
+    )
+
+
+def initial_states(episode: torch.Tensor, lows, highs, draw: DrawConstants, float32: bool = False) -> torch.Tensor:
     """Tensors: ``(S, N)`` float64 initial states of each env's episode ``episode[i]``
-    (rounded to float32 values for envs that gymnasium starts in float32)."""
-    env_index = torch.arange(episode.shape[0], device=episode.device, dtype=torch.int64)
-    # The bits as float64 first: torch would turn int64 * float into the default float32.
+    (rounded to float32 values for envs that gymnasium starts in float32): the kernels'
+    ``reset_bits``, bit for bit, with only the episode mixed in here (a torch step on a GPU
+    draws for every env at every step). A component at a time: ``(N,)`` temporaries, which a
+    CPU's allocator reuses where it maps ``(S, N)`` ones afresh at a million envs."""
     columns = [
-        bits_to_uniform(reset_bits(seed32, env_index, episode, k).double(), low, high)
-        for k, (low, high) in enumerate(zip(lows, highs))
+        bits_to_uniform(episode_bits(bits, episode).double(), low, high) for bits, low, high in zip(draw.bits, lows, highs)
     ]
     states = torch.stack(columns)
     return states.float().double() if float32 else states
@@ -250,11 +267,16 @@ class BoundEnv:
             return single_precision(begin), single_precision(step)
         return begin, step
 
-    def initial_states(self, episode: torch.Tensor, constants) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def initial_states(
+        self, episode: torch.Tensor, constants, draw: DrawConstants | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Tensors: the ``(S, N)`` float64 initial numbers of each env's current episode, and its
-        ``(*array_shape, N)`` float64 initial array (None for envs without one)."""
+        ``(*array_shape, N)`` float64 initial array (None for envs without one). ``draw``: the
+        caller's ``draw_constants`` for ``constants``, kept between draws (else made here)."""
         d = self.definition
-        numbers = initial_states(episode, constants.seed32, constants.lows, constants.highs, d.float32_initial_state)
+        if draw is None:
+            draw = draw_constants(constants.seed32, constants.lows, constants.highs, episode.shape[0], episode.device)
+        numbers = initial_states(episode, constants.lows, constants.highs, draw, d.float32_initial_state)
         array = torch.zeros((*d.array_shape, episode.shape[0]), dtype=torch.float64, device=episode.device)
         if d.initial is None:
             return numbers, array if self.has_array else None
