@@ -56,7 +56,7 @@ class TorchBackend(Backend):
 
     def _draw_constants(self, constants: StepConstants) -> DrawConstants:
         """Made at ``reset`` for its seed, reused by every step's draw."""
-        key = (constants.seed32, constants.lows, constants.highs, self.num_envs, self.device)
+        key = (constants.seed32, len(constants.lows), self.num_envs, self.device)
         if self._draw is None or self._draw.key != key:
-            self._draw = draw_constants(constants.seed32, constants.lows, constants.highs, self.num_envs, self.device)
+            self._draw = draw_constants(*key)
         return self._draw

@@ -41,7 +41,7 @@ def mix32(h):
 def env_bits(seed32, env_index, component):
     """The hash of one state component of one environment before its episode is mixed in: the
     same for every episode, so code on whole tensors computes it once per seed (the torch backend;
-    ``core.step.InitialStateDraw``) and a step only finishes it (``episode_bits``)."""
+    ``core.step.DrawConstants``) and a step only finishes it (``episode_bits``)."""
     h = mix32((seed32 + mul32(_GOLDEN, component + 1)) & MASK32)
     return mix32(h ^ (env_index & MASK32))
 

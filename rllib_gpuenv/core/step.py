@@ -165,12 +165,11 @@ class DrawConstants:
     bits: torch.Tensor
 
 
-def draw_constants(seed32: int, lows, highs, num_envs: int, device: torch.device) -> DrawConstants:
-    component = torch.arange(len(lows), device=device, dtype=torch.int64)[:, None]
+def draw_constants(seed32: int, num_components: int, num_envs: int, device: torch.device) -> DrawConstants:
+    component = torch.arange(num_components, device=device, dtype=torch.int64)[:, None]
     env_index = torch.arange(num_envs, device=device, dtype=torch.int64)
-    return DrawConstants(
-        key=(seed32, tuple(lows), tuple(highs), num_envs, device), bits=env_bits(seed32, env_index, component)
-    )
+    key = (seed32, num_components, num_envs, device)
+    return DrawConstants(key=key, bits=env_bits(seed32, env_index, component))
 
 
 def initial_states(episode: torch.Tensor, lows, highs, draw: DrawConstants, float32: bool = False) -> torch.Tensor:
@@ -275,7 +274,7 @@ class BoundEnv:
         caller's ``draw_constants`` for ``constants``, kept between draws (else made here)."""
         d = self.definition
         if draw is None:
-            draw = draw_constants(constants.seed32, constants.lows, constants.highs, episode.shape[0], episode.device)
+            draw = draw_constants(constants.seed32, len(constants.lows), episode.shape[0], episode.device)
         numbers = initial_states(episode, constants.lows, constants.highs, draw, d.float32_initial_state)
         array = torch.zeros((*d.array_shape, episode.shape[0]), dtype=torch.float64, device=episode.device)
         if d.initial is None:

@@ -20,8 +20,8 @@ LeanRL does this for CleanRL's PPO). What a graph needs, and how ``StepGraph`` p
 Capture fails where something in the step reads back from the GPU or cannot be captured (a
 module of the user's own, an optimizer without ``capturable``): the learner logs why and goes on
 with the eager lean update, once torch's random generator is out of the capture mode a failed
-capture leaves it in (``release_random_generator``). On a CPU the same static-buffer step runs without capture, which is
-how the tests check everything but the capture itself without a GPU.
+capture leaves it in (``release_random_generator``). On a CPU the same static-buffer step runs
+without capture, which is how the tests check everything but the capture itself without a GPU.
 """
 
 from __future__ import annotations
