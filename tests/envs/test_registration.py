@@ -97,3 +97,17 @@ print(json.dumps(sorted(m for m in ("ray", "ray.tune", "numba") if m in sys.modu
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
     assert not any(cache.iterdir())
+
+
+def test_auto_backend_on_the_cpu_is_numba_cpu_without_numba_s_cuda_target():
+    """The default backend on the CPU: numba-cpu, chosen without importing numba's CUDA target
+    (half a second in every env runner's process; the simulator is never chosen automatically)."""
+    code = """
+import json, sys
+import rllib_gpuenv
+env = rllib_gpuenv.make_vector_env("GPUCartPole-v1", 2, device="cpu")
+print(json.dumps([env.backend, "numba" in sys.modules, "numba.cuda" in sys.modules]))
+"""
+    proc = run_python(code, env={"NUMBA_ENABLE_CUDASIM": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["numba-cpu", True, False]
