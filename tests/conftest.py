@@ -12,7 +12,9 @@ from rllib_gpuenv.cli.quiet import without_rllib_jax_import
 
 without_rllib_jax_import()
 
-from tests.helpers import CPU_BACKENDS  # noqa: E402 (after the JAX import is turned off)
+from tests.helpers import CPU_BACKENDS, no_module_for_the_harness_frames  # noqa: E402 (after the JAX import is turned off)
+
+no_module_for_the_harness_frames()  # RLlib's connectors inspect the whole stack (tests/helpers.py)
 
 # JAX's compiled envs, shared by the test processes, their subprocesses and Ray workers (Brax's
 # pendulum compiles once, not in each), and kept out of the user's cache (jax_envs/vector_env.py).
