@@ -66,12 +66,22 @@ def kernel_signature(env, fn) -> tuple:
     return tuple(numba.typeof(a) for a in arguments.fill())
 
 
+_STEP_KERNEL_PTX = {}  # (env id, dtype) -> PTX: each compile takes seconds, and two tests read the float64 ones
+
+
+def step_kernel_ptx(compile_ptx, env_id: str, dtype: str) -> str:
+    """The PTX of ``env_id``'s step kernel in ``dtype``, compiled once in this test process."""
+    if (env_id, dtype) not in _STEP_KERNEL_PTX:
+        env = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype=dtype)
+        fn = kernel_source(env._bound, env.dtype)
+        _STEP_KERNEL_PTX[env_id, dtype] = compile_ptx(fn, kernel_signature(env, fn))
+    return _STEP_KERNEL_PTX[env_id, dtype]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("env_id", list(SHIPPED_DEFS))
 def test_step_kernel_compiles_for_the_gpu(compile_ptx, env_id, dtype):
-    env = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype=dtype)
-    fn = kernel_source(env._bound, env.dtype)
-    ptx = compile_ptx(fn, kernel_signature(env, fn))
+    ptx = step_kernel_ptx(compile_ptx, env_id, dtype)
     assert ".entry" in ptx and "st.global" in ptx  # a kernel that writes its results
 
 
@@ -130,9 +140,7 @@ def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
     names = KernelArguments(advance_all).names
     ptx = compile_ptx(cuda_device_functions(advance_all), tuple(signature[n] for n in names))
     assert not F64_ARITHMETIC.findall(ptx)
-    env64 = make_vector_env(env_id, 8, backend="torch", device="cpu", dtype="float64")
-    fn64 = kernel_source(env64._bound, env64.dtype)
-    assert F64_ARITHMETIC.findall(compile_ptx(fn64, kernel_signature(env64, fn64)))  # the float64 one does show it
+    assert F64_ARITHMETIC.findall(step_kernel_ptx(compile_ptx, env_id, "float64"))  # the float64 one does show it
 
 
 def test_an_array_returned_without_the_mark_gets_an_error_naming_the_fix(compile_ptx):
