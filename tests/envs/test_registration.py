@@ -84,30 +84,24 @@ def test_single_env_modes_of_a_vector_only_env_or_with_vector_arguments_fail_in_
 
 def test_importing_the_package_imports_no_ray_or_numba_and_writes_nothing(tmp_path):
     """Nor does a torch env write a compile cache: numba's goes to a folder of this test's own
-    (the package's __pycache__ is shared with the other test processes, which compile kernels)."""
+    (the package's __pycache__ is shared with the other test processes, which compile kernels).
+    The default backend on the CPU is numba-cpu, chosen without importing numba's CUDA target
+    (half a second in every env runner's process; the simulator is never chosen automatically)."""
     code = """
-import json, sys
+import json, os, sys
 import rllib_gpuenv
 env = rllib_gpuenv.make_vector_env("GPUMountainCar-v0", 2, backend="torch")
 print(json.dumps(sorted(m for m in ("ray", "ray.tune", "numba") if m in sys.modules)))
-"""
-    cache = tmp_path / "numba_cache"
-    cache.mkdir()
-    proc = run_python(code, env={"PYTHONDONTWRITEBYTECODE": "1", "NUMBA_CACHE_DIR": str(cache)})
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
-    assert not any(cache.iterdir())
-
-
-def test_auto_backend_on_the_cpu_is_numba_cpu_without_numba_s_cuda_target():
-    """The default backend on the CPU: numba-cpu, chosen without importing numba's CUDA target
-    (half a second in every env runner's process; the simulator is never chosen automatically)."""
-    code = """
-import json, sys
-import rllib_gpuenv
+print(json.dumps(os.listdir(os.environ["NUMBA_CACHE_DIR"])))
 env = rllib_gpuenv.make_vector_env("GPUCartPole-v1", 2, device="cpu")
 print(json.dumps([env.backend, "numba" in sys.modules, "numba.cuda" in sys.modules]))
 """
-    proc = run_python(code, env={"NUMBA_ENABLE_CUDASIM": "1"})
+    cache = tmp_path / "numba_cache"
+    cache.mkdir()
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "NUMBA_CACHE_DIR": str(cache), "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = run_python(code, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["numba-cpu", True, False]
+    imported, written, default_env = map(json.loads, proc.stdout.strip().splitlines()[-3:])
+    assert imported == [] and written == []
+    assert default_env == ["numba-cpu", True, False]
+
