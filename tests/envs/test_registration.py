@@ -104,4 +104,3 @@ print(json.dumps([env.backend, "numba" in sys.modules, "numba.cuda" in sys.modul
     imported, written, default_env = map(json.loads, proc.stdout.strip().splitlines()[-3:])
     assert imported == [] and written == []
     assert default_env == ["numba-cpu", True, False]
-
