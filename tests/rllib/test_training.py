@@ -306,14 +306,18 @@ def test_a_role_on_a_gpu_that_is_not_there_fails_clearly():
 def test_training_survives_a_killed_and_a_hung_remote_runner():
     """RLlib restarts a killed runner; until then the other one samples alone, and once it is back
     both sample again, with the weights the learner has (RLlib syncs the restored runner). A runner
-    that stops answering (SIGSTOP) costs sample_timeout_s per iteration; the other goes on training,
-    as RLlib's own algorithms do. (DeviceDQN samples through the same ``sample_rollouts``; its
-    remote runners train in test_dqn.py and test_learners.py.)"""
+    that stops answering (SIGSTOP) costs sample_timeout_s per iteration (and RLlib's wait for its
+    connector states after the step, sync_filters_on_rollout_workers_timeout_s); the other goes on
+    training, as RLlib's own algorithms do. The timeouts are short for a test: only a warm runner
+    must answer within them, and a first sample that does not is sampled again. (DeviceDQN samples
+    through the same ``sample_rollouts``; its remote runners train in test_dqn.py and
+    test_learners.py.)"""
     config = (
         cartpole_config(device="cpu", seed=0)
-        .env_runners(num_env_runners=2, num_envs_per_env_runner=32, num_cpus_per_env_runner=0.5, sample_timeout_s=10.0)
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=32, num_cpus_per_env_runner=0.5, sample_timeout_s=5.0)
         .fault_tolerance(restart_failed_env_runners=True)
     )
+    config.sync_filters_on_rollout_workers_timeout_s = 2.0  # RLlib's default: 10 s more for every hung iteration
     algo = config.build_algo()
     full_round = 2 * 32 * config.rollout_length
     stopped = None
