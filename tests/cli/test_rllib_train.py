@@ -131,12 +131,12 @@ legacy-device-ppo:
 
 def test_old_files_old_names_and_a_shipped_file_run_with_tune(tmp_path):
     """Files in one `rllib train` (-f each, --stop for all), an iteration each: RLlib's old tuned
-    example of PPO, a DevicePPO file in old names, and the shipped Pendulum file (its own
-    settings: 64 envs x 32 steps, a Box action space). The DQN, APPO,
+    examples of PPO and DQN, a DevicePPO file in old names, and the shipped Pendulum file (its own
+    settings: 64 envs x 32 steps, a Box action space). The APPO,
     IMPALA and Pendulum PPO files are translated and checked by RLlib's validate() without Ray
-    (test_experiment_files.py); running them would start RLlib's own algorithms again, each with
-    processes of its own (IMPALA's grid search: two trials), for what the PPO file already shows."""
-    files = [os.path.join(OLD_EXPERIMENTS, "cartpole-ppo.yaml")]
+    (test_experiment_files.py); running them would start RLlib's own algorithms again at a
+    minute's cost (IMPALA's grid search: two trials)."""
+    files = [os.path.join(OLD_EXPERIMENTS, f"{name}.yaml") for name in ("cartpole-dqn", "cartpole-ppo")]
     legacy = write(tmp_path, LEGACY_NAMES, name="legacy.yaml")
     pendulum = str(config_file("gpu_pendulum_ppo.yaml"))
     args = [a for f in [*files, legacy, pendulum] for a in ("-f", f)]
@@ -153,7 +153,7 @@ def test_old_files_old_names_and_a_shipped_file_run_with_tune(tmp_path):
         "2",  # the experiments run one after another, one trial each, in one Ray instance
     )
     assert out.returncode == 0, out.stderr[-5000:]
-    expected_trials = {"cartpole-ppo": 1, "legacy-device-ppo": 1, "gpu-pendulum-ppo": 1}
+    expected_trials = {"cartpole-ppo": 1, "cartpole-dqn": 1, "legacy-device-ppo": 1, "gpu-pendulum-ppo": 1}
     for name, trials in expected_trials.items():
         progress = trial_progress(tmp_path / "results" / name)
         assert len(progress) == trials and all(len(rows) == 1 for rows in progress), name
