@@ -1,7 +1,16 @@
 import os
 import tempfile
 
-import pytest
+# OpenMP's idle threads sleep instead of spinning (set before torch or numba loads libgomp; the
+# subprocesses and Ray workers the tests start inherit it). A thread of numba's parallel CPU
+# backend or of torch's pool spins on its core for a while after each parallel region, waiting
+# for the next: fine for a job that owns its cores, not for two test workers sharing two. Two
+# RLlib test files on this 2-core machine: 111-160 s and 211-313 busy CPU-s spinning, 62 s and
+# 114-116 CPU-s sleeping. (A job alone on its cores trains faster spinning: the package leaves
+# the policy to the user.)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
 
 # RLlib's utilities import JAX and flax wherever they are installed, for the old API stack's JAX
 # models that nothing here uses. The package's commands skip that import (cli/quiet.py), and so do
