@@ -112,12 +112,15 @@ class DeviceRolloutsConfig:
                 resolve_device(device)  # an unknown or absent device fails here, clearly
         if isinstance(self.env, str) and ":" in self.env:
             check_prefixed_id(self.env)  # "gymnax:CartPole-v1" is not gymnasium's CartPole-v1
+        device_runners = isinstance(self.env_runner_cls, type) and issubclass(self.env_runner_cls, DeviceEnvRunner)
+        if device_runners and self.merge_env_runner_states == "training_only":  # RLlib's default
+            # After every iteration RLlib gathers the remote runners' connector states (a blocking
+            # call to each, up to sync_filters_on_rollout_workers_timeout_s for one that hangs) to
+            # merge them. A device env runner runs no connectors: nothing to merge. What the
+            # broadcast after it carries still arrives (the env-step count, for exploration schedules).
+            self.merge_env_runner_states = False
         mode = getattr(self.gym_env_vectorize_mode, "value", self.gym_env_vectorize_mode)
-        if (
-            isinstance(self.env_runner_cls, type)
-            and issubclass(self.env_runner_cls, DeviceEnvRunner)
-            and str(mode).lower() == "async"
-        ):
+        if device_runners and str(mode).lower() == "async":
             raise ValueError(
                 "gym_env_vectorize_mode='async' asks for gymnasium's AsyncVectorEnv, but the device env runner steps its "
                 "envs in its own process (this package's ids batched on its device, other ids through gymnasium's sync "

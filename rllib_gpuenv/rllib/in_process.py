@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 
 def builds_without_ray(config) -> bool:
@@ -56,7 +56,7 @@ class _RayKeepingValues:
 class InProcess:
     """Mixin for an ``Algorithm``: set up and restore without starting Ray when
     ``builds_without_ray``, and hand the learner's weights to a runner in this process without
-    Ray's object store."""
+    Ray's object store (to remote runners, through it, with the env-step count)."""
 
     def setup(self, config) -> None:
         with config_in_place_of_object_store() if builds_without_ray(config) else contextlib.nullcontext():
@@ -77,7 +77,10 @@ class InProcess:
         numpy, to the host and back."""
         group = self.env_runner_group
         runner = group.local_env_runner
-        if group.num_remote_workers() or runner is None or not self.learner_group.is_local:
+        if group.num_remote_workers():
+            self._send_weights_and_step_count()
+            return
+        if runner is None or not self.learner_group.is_local:
             group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
             return
         learner = self.learner_group._learner
@@ -87,3 +90,24 @@ class InProcess:
         state = self.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
         learner_state = state[COMPONENT_LEARNER]
         runner.set_state({key: learner_state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)})
+
+    def _send_weights_and_step_count(self) -> None:
+        """The weights to the env runners as RLlib's ``sync_weights`` sends them, with RLlib's
+        env-step count in the same message (exploration schedules read it). RLlib broadcasts the
+        count after each iteration, behind a gather of every remote runner's connector states: a
+        blocking call to each, which device runners skip (they run no connectors:
+        ``merge_env_runner_states`` is off, ``device_config.py``). Without that gather the
+        broadcast is dropped while these weights are still on their way to a runner (one request
+        in flight per runner), so the count travels with them."""
+        import ray
+
+        group = self.env_runner_group
+        learner_state = self.learner_group.get_state(
+            components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
+        )[COMPONENT_LEARNER]
+        weights = {key: learner_state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
+        steps = int(self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0))
+        state = ray.put({**weights, NUM_ENV_STEPS_SAMPLED_LIFETIME: steps})
+        group.foreach_env_runner_async_fetch_ready(func="set_state", tag="set_state", kwargs={"state": state})
+        if group.local_env_runner is not None:
+            group.local_env_runner.set_state(weights)

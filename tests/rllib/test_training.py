@@ -11,6 +11,7 @@ import ray
 import torch
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
 import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
 from rllib_gpuenv.experiments import cartpole_config
@@ -241,20 +242,45 @@ def test_gpu_runner_device_where_there_is_none():
     assert gym.spec("GPUCartPole-v1").max_episode_steps == 500
 
 
+class StateRequestsKept(DeviceEnvRunner):
+    """A device env runner that keeps the components of every state asked of it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.state_requests = []
+
+    def get_state(self, components=None, **kwargs):
+        self.state_requests.append(components)
+        return super().get_state(components, **kwargs)
+
+
 def test_remote_device_runners_send_batches_through_ray():
+    """Rollouts go through Ray; after each iteration the runner is not asked for its connector
+    states (it runs none: RLlib's merge of them, a blocking call, is off), yet gets the env-step
+    count RLlib broadcasts (exploration schedules read it). RLlib's stock runner keeps the merge."""
     config = (
         DevicePPOConfig()
         .environment("GPUCartPole-v1")
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=16, num_cpus_per_env_runner=0.5)
+        .env_runners(
+            num_env_runners=1, num_envs_per_env_runner=16, num_cpus_per_env_runner=0.5, env_runner_cls=StateRequestsKept
+        )
         .device_rollouts(device="cpu", rollout_length=8)
         .training(minibatch_size=64, num_epochs=1)
     )
     assert config.validate() is None and config.train_batch_size_per_learner == 128
+    assert config.merge_env_runner_states is False
+    stock = DevicePPOConfig().env_runners(env_runner_cls=SingleAgentEnvRunner, gym_env_vectorize_mode="vector_entry_point")
+    assert stock.environment("GPUCartPole-v1").validate() is None and stock.merge_env_runner_states == "training_only"
     algo = config.build_algo()
     try:
         results = [algo.train() for _ in range(2)]
         assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 2 * 128
         assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
+        ((requests, steps),) = algo.env_runner_group.foreach_env_runner(
+            lambda runner: (runner.state_requests, runner.num_env_steps_sampled_lifetime), local_env_runner=False
+        )
+        assert steps == 2 * 128
+        assert not [r for r in requests if r and "env_to_module_connector" in r], requests
     finally:
         algo.stop()
 
@@ -306,10 +332,10 @@ def test_a_role_on_a_gpu_that_is_not_there_fails_clearly():
 def test_training_survives_a_killed_and_a_hung_remote_runner():
     """RLlib restarts a killed runner; until then the other one samples alone, and once it is back
     both sample again, with the weights the learner has (RLlib syncs the restored runner). A runner
-    that stops answering (SIGSTOP) costs sample_timeout_s per iteration (and RLlib's wait for its
-    connector states after the step, sync_filters_on_rollout_workers_timeout_s); the other goes on
-    training, as RLlib's own algorithms do. The timeouts are short for a test: only a warm runner
-    must answer within them, and a first sample that does not is sampled again. (DeviceDQN samples
+    that stops answering (SIGSTOP) costs sample_timeout_s per iteration, and no more (RLlib's
+    wait for the runners' connector states after the step is off for device runners); the other
+    goes on training, as RLlib's own algorithms do. The timeout is short for a test: only a warm
+    runner must answer within it, and a first sample that does not is sampled again. (DeviceDQN samples
     through the same ``sample_rollouts``; its remote runners train in test_dqn.py and
     test_learners.py.)"""
     config = (
@@ -317,7 +343,6 @@ def test_training_survives_a_killed_and_a_hung_remote_runner():
         .env_runners(num_env_runners=2, num_envs_per_env_runner=32, num_cpus_per_env_runner=0.5, sample_timeout_s=5.0)
         .fault_tolerance(restart_failed_env_runners=True)
     )
-    config.sync_filters_on_rollout_workers_timeout_s = 2.0  # RLlib's default: 10 s more for every hung iteration
     algo = config.build_algo()
     full_round = 2 * 32 * config.rollout_length
     stopped = None
