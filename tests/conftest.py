@@ -47,25 +47,25 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # together, rather than one waiting out the other's last long file (about 50 s when left to
 # xdist's order, which puts the files with the most tests first).
 LONGEST_FIRST = [  # summed test seconds per file, from a fresh clone (caches empty) on a slow 2-core machine, 2026-11-26
-    "rllib/test_learners.py",  # 161
-    "rllib/test_training.py",  # 140
-    "cli/test_rllib_train.py",  # 137
-    "bench/test_training_races.py",  # 135
+    "rllib/test_learners.py",  # 179
+    "bench/test_benchmarks.py",  # 157
+    "bench/test_training_races.py",  # 156
+    "rllib/test_training.py",  # 149
+    "cli/test_rllib_train.py",  # 144
+    "rllib/test_cluster.py",  # 116
     "cli/test_job_submit.py",  # 65-135: the job agent's readiness depends on the machine's load
-    "bench/test_benchmarks.py",  # 129
-    "rllib/test_suite_training.py",  # 86
-    "rllib/test_jax_envs.py",  # 80 with JAX's compilation cache empty (CI), ~30 with it warm
-    "experiments/test_tune_resources.py",  # 76
-    "rllib/test_cluster.py",  # 72
-    "test_examples.py",  # 62
-    "rllib/test_resume.py",  # 57
-    "rllib/test_brax_envs.py",  # 52 with JAX's compilation cache empty (CI), ~21 with it warm
-    "cli/test_main_job.py",  # 52
-    "rllib/test_dqn.py",  # 45
-    "envs/test_envs_vs_gymnasium.py",  # 44
-    "cli/test_evaluate.py",  # 37
-    "backends/test_cuda_compile.py",  # 35
-    "cli/test_command_endings.py",  # 34
+    "test_examples.py",  # 79
+    "rllib/test_jax_envs.py",  # 70 with JAX's compilation cache empty (CI), ~34 with it warm
+    "rllib/test_brax_envs.py",  # 68 with JAX's compilation cache empty (CI), ~18 with it warm
+    "experiments/test_tune_resources.py",  # 66
+    "rllib/test_suite_training.py",  # 64
+    "cli/test_main_job.py",  # 62
+    "envs/test_envs_vs_gymnasium.py",  # 58
+    "rllib/test_resume.py",  # 55
+    "rllib/test_dqn.py",  # 46
+    "cli/test_command_endings.py",  # 43
+    "cli/test_evaluate.py",  # 33
+    "backends/test_cuda_compile.py",  # 32
 ]
 
 
