@@ -116,8 +116,8 @@ class DeviceRolloutsConfig:
         if device_runners and self.merge_env_runner_states == "training_only":  # RLlib's default
             # After every iteration RLlib gathers the remote runners' connector states (a blocking
             # call to each, up to sync_filters_on_rollout_workers_timeout_s for one that hangs) to
-            # merge them. A device env runner runs no connectors: nothing to merge. What the
-            # broadcast after it carries still arrives (the env-step count, for exploration schedules).
+            # merge them. A device env runner runs no connectors: nothing to merge. The env-step
+            # count, which exploration schedules read, travels with the weights (in_process.py).
             self.merge_env_runner_states = False
         mode = getattr(self.gym_env_vectorize_mode, "value", self.gym_env_vectorize_mode)
         if device_runners and str(mode).lower() == "async":
