@@ -74,7 +74,8 @@ class InProcess:
         into Ray's object store on every call, for remote runners, even when the only runner is the
         local one. Here a runner that can (``DeviceEnvRunner.set_module_weights``) copies the
         learner's tensors in place, on a GPU device to device; RLlib's state would go through
-        numpy, to the host and back."""
+        numpy, to the host and back. Remote runners get them as RLlib sends them, with the
+        env-step count (``_send_weights_and_step_count``)."""
         group = self.env_runner_group
         runner = group.local_env_runner
         if group.num_remote_workers():
@@ -87,9 +88,12 @@ class InProcess:
         if hasattr(runner, "set_module_weights") and list(learner.module.keys()) == [DEFAULT_MODULE_ID]:
             runner.set_module_weights(learner.module[DEFAULT_MODULE_ID].state_dict(), learner._weights_seq_no)
             return
+        runner.set_state(self._learner_weights())
+
+    def _learner_weights(self) -> dict:
+        """The learner group's inference weights and their sequence number, as RLlib's runners take them."""
         state = self.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
-        learner_state = state[COMPONENT_LEARNER]
-        runner.set_state({key: learner_state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)})
+        return {key: state[COMPONENT_LEARNER][key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
 
     def _send_weights_and_step_count(self) -> None:
         """The weights to the env runners as RLlib's ``sync_weights`` sends them, with RLlib's
@@ -102,10 +106,7 @@ class InProcess:
         import ray
 
         group = self.env_runner_group
-        learner_state = self.learner_group.get_state(
-            components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
-        )[COMPONENT_LEARNER]
-        weights = {key: learner_state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
+        weights = self._learner_weights()
         steps = int(self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0))
         state = ray.put({**weights, NUM_ENV_STEPS_SAMPLED_LIFETIME: steps})
         group.foreach_env_runner_async_fetch_ready(func="set_state", tag="set_state", kwargs={"state": state})
