@@ -11,7 +11,7 @@ import torch
 from rllib_gpuenv.backends.base import Backend
 from rllib_gpuenv.core import ops
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
-from rllib_gpuenv.core.step import DrawConstants, draw_constants
+from rllib_gpuenv.core.step import DrawConstants, draw_constants, draw_key
 
 
 class TorchBackend(Backend):
@@ -56,7 +56,6 @@ class TorchBackend(Backend):
 
     def _draw_constants(self, constants: StepConstants) -> DrawConstants:
         """Made at ``reset`` for its seed, reused by every step's draw."""
-        key = (constants.seed32, len(constants.lows), self.num_envs, self.device)
-        if self._draw is None or self._draw.key != key:
-            self._draw = draw_constants(*key)
+        if self._draw is None or self._draw.key != draw_key(constants, self.num_envs, self.device):
+            self._draw = draw_constants(constants, self.num_envs, self.device)
         return self._draw

@@ -12,6 +12,7 @@ GPU); on the CPU whenever some env resets, which at thousands of envs is every s
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rllib_gpuenv.bench.common import pyplot, report, save_figure
+from rllib_gpuenv.core import ops
 from rllib_gpuenv.experiments.progress import format_table
 
 WARMUP_STEPS = 50  # episodes under way, some ending at every step
@@ -64,8 +66,12 @@ def _count(step: Callable[[], object], draw_owner=None) -> tuple[OpCount, OpCoun
     return whole, draw
 
 
+GPU_WAY = "ours: torch (reuse, no checks), as on a GPU"
+
+
 def contenders(env_id: str, n: int, device: str) -> list[tuple[str, Callable[[], object], object]]:
-    """(name, one step, the bound env whose initial-state draw is counted apart, or None)."""
+    """(name, one step, the bound env whose initial-state draw is counted apart, or None); on the
+    CPU also the GPU's way (``GPU_WAY``), which ``run`` counts within ``ops.gpu_code_paths``."""
     from rllib_gpuenv.bench.baselines import PlainTorchCartPole
     from rllib_gpuenv.envs import make_vector_env
 
@@ -74,10 +80,9 @@ def contenders(env_id: str, n: int, device: str) -> list[tuple[str, Callable[[],
         plain = PlainTorchCartPole(n, device)
         actions = torch.randint(0, 2, (n,), device=device)
         found.append(("plain torch", lambda: plain.step(actions), None))
-    for name, options in (
-        ("ours: torch", {}),
-        ("ours: torch (reuse, no checks)", {"reuse_outputs": True, "validate_actions": False}),
-    ):
+    lean = {"reuse_outputs": True, "validate_actions": False}
+    ours = [("ours: torch", {}), ("ours: torch (reuse, no checks)", lean)]
+    for name, options in ours + ([(GPU_WAY, lean)] if torch.device(device).type == "cpu" else []):
         env = make_vector_env(env_id, n, backend="torch", device=device, **options)
         env.reset(seed=0)
         env.action_space.seed(0)
@@ -90,9 +95,10 @@ def run(env_id: str, num_envs: int, device: str, out_dir: str = "bench_results",
     rows = []
     for name, step, draw_owner in contenders(env_id, num_envs, device):
         print(f"  {name} ...", file=sys.stderr, flush=True)
-        for _ in range(WARMUP_STEPS):
-            step()
-        whole, draw = _count(step, draw_owner)
+        with ops.gpu_code_paths() if name == GPU_WAY else contextlib.nullcontext():
+            for _ in range(WARMUP_STEPS):
+                step()
+            whole, draw = _count(step, draw_owner)
         rows.append(
             {
                 "contender": name,

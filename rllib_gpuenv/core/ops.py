@@ -189,12 +189,25 @@ def square(x):
 WRAP_PASSES_ON_GPU = 4  # whole periods a torch step on a GPU shifts at most (no host sync)
 
 
+_GPU_CODE_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("gpu_code_paths", default=False)
+
+
 def host_reads_are_free(device: torch.device) -> bool:
     """Whether reading a value of a tensor on ``device`` back to Python costs nothing (the CPU),
     so that code may ask before it does work. On a GPU the read would wait for all queued work,
-    so code there does the work without asking. (``tests/test_host_reads.py`` answers False, to
-    check the GPU's code path for host reads on a CPU.)"""
-    return device.type == "cpu"
+    so code there does the work without asking (and on the CPU too, within ``gpu_code_paths``)."""
+    return device.type == "cpu" and not _GPU_CODE_PATHS.get()
+
+
+@contextlib.contextmanager
+def gpu_code_paths():
+    """Within: code on the CPU takes the GPU's way where the two differ (``host_reads_are_free``),
+    so that a CPU can count what a GPU step runs (``rllib-gpuenv bench ops``) and check it."""
+    token = _GPU_CODE_PATHS.set(True)
+    try:
+        yield
+    finally:
+        _GPU_CODE_PATHS.reset(token)
 
 
 def _numba_wrap(x, low, high):

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rllib_gpuenv.core import tuples
+from rllib_gpuenv.core import ops, tuples
+from rllib_gpuenv.core.buffers import StepConstants
 from rllib_gpuenv.core.env_def import EnvDef
 from rllib_gpuenv.core.jit import bind, jitable, single_precision
 from rllib_gpuenv.core.ops import select, tensor_float, to_float32
@@ -158,30 +159,44 @@ def _load_scalar(array, i):
 
 @dataclass(frozen=True)
 class DrawConstants:
-    """What drawing initial states on tensors keeps for one seed (``draw_constants``): every
-    component's ``env_bits`` of every env, ``(S, N)``, the part of the hash without the episode."""
+    """What drawing initial states on tensors keeps for one seed and one set of bounds
+    (``draw_constants``): every component's ``env_bits`` of every env, ``(S, N)``, the part of
+    the hash without the episode, and the bounds as ``(S, 1)`` tensors (to draw every component
+    at once)."""
 
     key: tuple
     bits: torch.Tensor
+    lows: torch.Tensor
+    highs: torch.Tensor
 
 
-def draw_constants(seed32: int, num_components: int, num_envs: int, device: torch.device) -> DrawConstants:
-    component = torch.arange(num_components, device=device, dtype=torch.int64)[:, None]
+def draw_key(constants: StepConstants, num_envs: int, device: torch.device) -> tuple:
+    """What ``DrawConstants`` depend on: a draw made for another key must be made again."""
+    return (constants.seed32, constants.lows, constants.highs, num_envs, device)
+
+
+def draw_constants(constants: StepConstants, num_envs: int, device: torch.device) -> DrawConstants:
+    component = torch.arange(len(constants.lows), device=device, dtype=torch.int64)[:, None]
     env_index = torch.arange(num_envs, device=device, dtype=torch.int64)
-    key = (seed32, num_components, num_envs, device)
-    return DrawConstants(key=key, bits=env_bits(seed32, env_index, component))
+    lows, highs = torch.tensor([constants.lows, constants.highs], dtype=torch.float64, device=device)[..., None]
+    bits = env_bits(constants.seed32, env_index, component)
+    return DrawConstants(key=draw_key(constants, num_envs, device), bits=bits, lows=lows, highs=highs)
 
 
 def initial_states(episode: torch.Tensor, lows, highs, draw: DrawConstants, float32: bool = False) -> torch.Tensor:
     """Tensors: ``(S, N)`` float64 initial states of each env's episode ``episode[i]``
     (rounded to float32 values for envs that gymnasium starts in float32): the kernels'
-    ``reset_bits``, bit for bit, with only the episode mixed in here (a torch step on a GPU
-    draws for every env at every step). A component at a time: ``(N,)`` temporaries, which a
-    CPU's allocator reuses where it maps ``(S, N)`` ones afresh at a million envs."""
-    columns = [
-        bits_to_uniform(episode_bits(bits, episode).double(), low, high) for bits, low, high in zip(draw.bits, lows, highs)
-    ]
-    states = torch.stack(columns)
+    ``reset_bits``, bit for bit, with only the episode mixed in here.
+
+    On a GPU, which draws for every env at every step (``TorchBackend.step``), every component
+    at once: each op is a kernel launch, and a component at a time would launch S times as many
+    (CartPole: 25 against 99). On the CPU a component at a time: ``(N,)`` temporaries, which
+    the allocator reuses, where it maps ``(S, N)`` ones afresh at a million envs."""
+    if ops.host_reads_are_free(episode.device):
+        rows = zip(draw.bits, lows, highs)
+        states = torch.stack([bits_to_uniform(episode_bits(b, episode).double(), lo, hi) for b, lo, hi in rows])
+    else:
+        states = bits_to_uniform(episode_bits(draw.bits, episode).double(), draw.lows, draw.highs)
     return states.float().double() if float32 else states
 
 
@@ -274,7 +289,7 @@ class BoundEnv:
         caller's ``draw_constants`` for ``constants``, kept between draws (else made here)."""
         d = self.definition
         if draw is None:
-            draw = draw_constants(constants.seed32, len(constants.lows), episode.shape[0], episode.device)
+            draw = draw_constants(constants, episode.shape[0], episode.device)
         numbers = initial_states(episode, constants.lows, constants.highs, draw, d.float32_initial_state)
         array = torch.zeros((*d.array_shape, episode.shape[0]), dtype=torch.float64, device=episode.device)
         if d.initial is None:

@@ -33,13 +33,16 @@ def test_workload(tmp_path):
 
 
 def test_ops_counts_a_step_and_its_initial_state_draw(tmp_path):
-    """In this process (counting needs no subprocess): exact counts, the draw's share apart."""
+    """In this process (counting needs no subprocess): exact counts, the draw's share apart, and
+    the step as a GPU runs it, which draws CartPole's 4 state components at once."""
     from rllib_gpuenv.bench import step_ops
 
     rows = {r["contender"]: r for r in step_ops.run("GPUCartPole-v1", 4096, "cpu", out_dir=str(tmp_path), plot=True)}
-    plain, ours = rows["plain torch"], rows["ours: torch"]
+    names = ("plain torch", "ours: torch", "ours: torch (reuse, no checks)", step_ops.GPU_WAY)
+    plain, ours, lean, gpu = (rows[name] for name in names)
     assert plain["draw_ops"] == 0 and 0 < ours["draw_ops"] < ours["ops"] and plain["ops"] < ours["ops"]
     assert 0 < ours["draw_bytes_per_env"] < ours["bytes_per_env"]
+    assert 0 < gpu["draw_ops"] <= lean["draw_ops"] / 3 and gpu["ops"] - gpu["draw_ops"] <= lean["ops"] - lean["draw_ops"]
     assert {p.name for p in tmp_path.iterdir()} == {"ops.json", "ops.csv", "ops.png"}
 
 
