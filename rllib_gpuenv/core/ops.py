@@ -201,8 +201,9 @@ def host_reads_are_free(device: torch.device) -> bool:
 
 @contextlib.contextmanager
 def gpu_code_paths():
-    """Within: code on the CPU takes the GPU's way where the two differ (``host_reads_are_free``),
-    so that a CPU can count what a GPU step runs (``rllib-gpuenv bench ops``) and check it."""
+    """Within (in this thread): code on the CPU takes the GPU's way where the two differ
+    (``host_reads_are_free``), so that a CPU can count what a GPU step runs (``rllib-gpuenv bench
+    ops``) and check it."""
     token = _GPU_CODE_PATHS.set(True)
     try:
         yield
