@@ -7,8 +7,8 @@ component)``: a 32-bit integer hash (murmur3's finaliser, chained), turned into 
 run on the GPU can be replayed exactly on a laptop, and no random state has to live on the
 device: each environment only keeps its episode counter.
 
-Only exact integer arithmetic below 2**63 is used (a 32x32-bit product is split in two halves),
-so the hash is the same for Python ints, int64 torch tensors and int64 numba values.
+The hash is the same for Python ints, int64 torch tensors and int64 numba values: each is exact
+modulo 2**32 (``mul32``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,19 @@ _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio, spreads the component index over 3
 _INV_2_32 = 1.0 / 4294967296.0
 
 
-@jitable
-def mul32(a, c):
-    """``(a * c) mod 2**32`` for ``a, c < 2**32`` without overflowing int64."""
+def _numba_mul32(a, c):
     high = ((a * (c >> 16)) & 0xFFFF) << 16
     return (high + a * (c & 0xFFFF)) & MASK32
+
+
+@jitable(numba_body=_numba_mul32)
+def mul32(a, c):
+    """``(a * c) mod 2**32`` for ``a, c < 2**32``. One product on tensors and Python ints: a Python
+    int is exact, and torch's int64 product keeps the low 64 bits where it passes 2**63 (two's
+    complement, on the CPU and on CUDA), of which the mask keeps 32. Kernels split the product in
+    two below 2**48 instead (six ops, not two): compiled code may assume that an int64 never
+    overflows."""
+    return (a * c) & MASK32
 
 
 @jitable

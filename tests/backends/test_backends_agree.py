@@ -44,6 +44,20 @@ def test_torch_and_numba_cpu_agree_in_float64(env_id):
     assert a[1][:, 1].any() and a[3].max() > 0  # episodes did end and were reported
 
 
+def test_the_hash_s_product_is_exact_modulo_2_32_on_tensors_and_in_kernels():
+    """``mul32`` on int64 tensors is one product, wrapping past 2**63; kernels split it in two."""
+    from rllib_gpuenv.core.rng import MASK32, mul32
+
+    use_numba()
+    kernel = numba.njit(lambda a, c: mul32(a, c))
+    values = [0, 1, 2**31, 2**32 - 1, *np.random.default_rng(0).integers(0, 2**32, 200).tolist()]
+    for c in (0x85EBCA6B, 0xC2B2AE35, MASK32):
+        exact = [v * c % 2**32 for v in values]
+        assert mul32(torch.tensor(values), c).tolist() == exact  # products up to 2**64: int64 wraps
+        assert [kernel(np.int64(v), np.int64(c)) for v in values] == exact
+        assert [mul32(v, c) for v in values] == exact
+
+
 @pytest.mark.parametrize("env_id", list(ENV_DEFS))
 def test_the_torch_backend_steps_alike_on_the_gpu_s_way(env_id):
     """A torch step on a GPU asks the host nothing: it draws initial states for every env at every
