@@ -470,17 +470,23 @@ def run(
     config_file: str | None = None,
 ) -> list[dict]:
     """The device path's iteration in parts, and for PPO RLlib's stock runner's beside it (its
-    DQN has another training step, with RLlib's episode replay buffer: not compared here)."""
+    DQN has another training step, with RLlib's episode replay buffer: not compared here).
+
+    The device path runs as the main job does: without Ray, unless its settings put a runner or
+    a learner in an actor of their own; RLlib's stock algorithm always starts Ray."""
     import ray
 
+    from rllib_gpuenv.rllib.in_process import builds_without_ray
+
     config = device_config(algo, env, device, num_envs, rollout_length, config_file)  # a bad name fails before Ray starts
-    # A Ray of its own (address="local"), not a cluster someone else started on this machine.
-    ray.init(address="local", ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     print("  device path ...", file=sys.stderr, flush=True)
-    rows = [device_path(config, iterations)]
+    if not builds_without_ray(config):
+        _start_ray()
+    rows = [{**device_path(config, iterations), "ray": ray.is_initialized()}]
     if algo == "DevicePPO":
         print("  stock runner ...", file=sys.stderr, flush=True)
-        rows.append(stock_runner(num_envs, rollout_length, iterations, env, learning=config))
+        _start_ray()
+        rows.append({**stock_runner(num_envs, rollout_length, iterations, env, learning=config), "ray": True})
     print(
         f"one {algo} iteration on {env} of {rows[0]['env_steps_per_iteration']:,} env steps (rollouts of {num_envs} envs x "
         f"{rollout_length} steps)\n" + table(rows)
@@ -489,6 +495,13 @@ def run(
     name = "breakdown" if (algo, env) == ("DevicePPO", DEFAULT_ENV) else f"breakdown_{algo}_{env}"
     report(rows, out_dir, name, meta, plot=(lambda: plot_breakdown(rows, out_dir, name)) if plot else None)
     return rows
+
+
+def _start_ray() -> None:
+    """A Ray of its own (``address="local"``), not a cluster someone else started on this machine."""
+    import ray
+
+    ray.init(address="local", ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
 
 
 def table(rows: list[dict]) -> str:

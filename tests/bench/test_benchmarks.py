@@ -96,6 +96,7 @@ def test_breakdown(tmp_path):
     assert "iteration (sum of the parts)" in out.stdout
     rows = outputs(tmp_path, "breakdown")["rows"]
     assert [r["setup"] for r in rows] == ["ours: device path", "RLlib stock runner, our env"]
+    assert [r["ray"] for r in rows] == [False, True]  # Ray started for RLlib's stock algorithm only
     for r in rows:  # the parts partition the iteration: each is a share of it, and together they are all of it
         parts = [v for k, v in r.items() if k.startswith("s_")]
         assert len(parts) == 8 and all(v >= 0 for v in parts) and r["s_env stepping"] > 0 and r["s_learner update"] > 0
@@ -140,6 +141,7 @@ def test_breakdown_of_device_dqn(tmp_path):
     (row,) = outputs(tmp_path, "breakdown_DeviceDQN_GPUCartPole-v1")["rows"]
     # one train() call: as many rounds of 16 envs x 8 steps as RLlib's DQN samples per iteration
     assert row["setup"] == "ours: device path (DeviceDQN, GPUCartPole-v1)" and row["env_steps_per_iteration"] % (16 * 8) == 0
+    assert row["ray"] is False  # as the main job: its runner and learner in this process, no Ray started
     assert row["update"] == {
         "train_batch_size_per_learner": 64,
         "training_intensity": 8,
