@@ -291,9 +291,11 @@ class BoundEnv:
         if draw is None:
             draw = draw_constants(constants, episode.shape[0], episode.device)
         numbers = initial_states(episode, constants.lows, constants.highs, draw, d.float32_initial_state)
-        array = torch.zeros((*d.array_shape, episode.shape[0]), dtype=torch.float64, device=episode.device)
+        array = None
+        if self.has_array:  # made on every draw: on a GPU a step draws, so an env without one makes none
+            array = torch.zeros((*d.array_shape, episode.shape[0]), dtype=torch.float64, device=episode.device)
         if d.initial is None:
-            return numbers, array if self.has_array else None
+            return numbers, array
         with tensor_float(torch.float64):
             items = d.initial(self.state_items(numbers, array), self.params)
         rows = [
