@@ -190,7 +190,7 @@ def initial_states(episode: torch.Tensor, lows, highs, draw: DrawConstants, floa
 
     On a GPU, which draws for every env at every step (``TorchBackend.step``), every component
     at once: each op is a kernel launch, and a component at a time would launch S times as many
-    (CartPole: 25 against 99). On the CPU a component at a time: ``(N,)`` temporaries, which
+    (CartPole's draw: 17 ops against 66). On the CPU a component at a time: ``(N,)`` temporaries, which
     the allocator reuses, where it maps ``(S, N)`` ones afresh at a million envs."""
     if ops.host_reads_are_free(episode.device):
         rows = zip(draw.bits, lows, highs)

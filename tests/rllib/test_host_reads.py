@@ -25,9 +25,10 @@ from tests.helpers import HostReads
 
 
 @pytest.fixture
-def gpu_code_paths(monkeypatch):
+def gpu_code_paths():
     """Code that asks a tensor's value where that is free (the CPU) takes the GPU's way here."""
-    monkeypatch.setattr(ops, "host_reads_are_free", lambda device: False)
+    with ops.gpu_code_paths():
+        yield
 
 
 def test_a_rollout_goes_to_the_host_only_to_leave_its_process():
