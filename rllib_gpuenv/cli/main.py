@@ -28,7 +28,11 @@ def _add_benchmarks(subparsers) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rllib-gpuenv", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="rllib-gpuenv",
+        description="One subcommand per job: train (the main job), evaluate (watch a checkpoint's policy), "
+        "bench NAME (the benchmarks, the CUDA block-size search among them).",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     train.add_arguments(sub.add_parser("train", help="train PPO on GPUCartPole-v1 (the main job)"))

@@ -2,10 +2,11 @@
 
 A function marked ``@jitable`` stays a plain Python function, so the torch backend calls it on
 whole tensors, and numba's CPU compiler learns to compile it where a kernel calls it (numba's
-``overload``, inlined; registered when a numba backend is first used, ``use_numba``). CUDA
-kernels get their own copy of the call tree instead (``cuda_device_functions``): numba-cuda
-keeps its own typing registry and fails to lower overloads registered with numba's core, while
-``cuda.jit(device=True)`` is understood by every numba CUDA target, the simulator included.
+``overload``, a function of its own that LLVM always inlines; registered when a numba backend is
+first used, ``use_numba``). CUDA kernels get their own copy of the call tree instead
+(``cuda_device_functions``): numba-cuda keeps its own typing registry and fails to lower
+overloads registered with numba's core, while ``cuda.jit(device=True)`` is understood by every
+numba CUDA target, the simulator included.
 
 A few primitives are spelled differently on tensors and in kernels (``select`` is
 ``torch.where`` on tensors and a conditional expression in a kernel): ``jitable(numba_body=...)``
@@ -39,7 +40,6 @@ F = TypeVar("F", bound=Callable)
 _NUMBA_BODY = "__rllib_gpuenv_numba_body__"
 _CUDA_BODY = "__rllib_gpuenv_cuda_body__"
 _SINGLE = "__rllib_gpuenv_single__"
-_INLINE = "__rllib_gpuenv_inline__"
 _RETURNS_ARRAY = "__rllib_gpuenv_returns_array__"
 _single_versions: dict[Callable, Callable] = {}
 _cuda_versions: dict[Callable, Callable] = {}
@@ -69,7 +69,6 @@ def jitable(
     numba_body: Callable | str | None = None,
     cuda_body: Callable | str | None = None,
     single: Callable | None = None,
-    inline: bool = True,
     returns_array: bool = False,
 ):
     """Make ``fn`` callable from numba-compiled code; return it unchanged.
@@ -79,19 +78,14 @@ def jitable(
     ``cuda_body``: what CUDA kernels run, where numba CPU and CUDA spell a primitive differently.
     ``single``: the version float32 kernels call (a jitable), where float32 wants another
     algorithm, not just float32 constants.
-    ``inline``: numba inlines the function into its caller's IR (the default, for small
-    functions); False compiles it as a function of its own, which LLVM may still inline.
     ``returns_array``: the function returns an array that is not one of its arguments as it
     came (``put``'s result, a part of the state: functions of envs with an array). A CUDA device
     function may not (numba-cuda has no reference counting to return a new one), so CUDA
     kernels inline it into its caller's IR instead.
     """
     if fn is None:
-        return lambda f: jitable(
-            f, numba_body=numba_body, cuda_body=cuda_body, single=single, inline=inline, returns_array=returns_array
-        )
+        return lambda f: jitable(f, numba_body=numba_body, cuda_body=cuda_body, single=single, returns_array=returns_array)
     body = numba_body or fn
-    setattr(fn, _INLINE, inline)
     setattr(fn, _RETURNS_ARRAY, returns_array)
     setattr(fn, _NUMBA_BODY, body)
     setattr(fn, _CUDA_BODY, cuda_body or body)
@@ -156,11 +150,10 @@ def _rebind(fn: F, value: Callable[[Any], Any], const: Callable[[Any], Any] = la
     return copy
 
 
-def bind(fn: F, name: str | None = None, inline: bool | None = None, **globals_: Any) -> F:
+def bind(fn: F, name: str | None = None, **globals_: Any) -> F:
     """A copy of ``fn`` whose global names in ``globals_`` refer to the given objects (a jitable
     copy if ``fn`` is jitable). ``name`` renames the copy: numba's on-disk cache tells kernels
-    apart by name, so every distinct binding of a cached kernel needs its own. ``inline``
-    overrides whether numba inlines the copy (see ``jitable``)."""
+    apart by name, so every distinct binding of a cached kernel needs its own."""
     copy = _rebind(fn, lambda v: v, name=name)
     unknown = set(globals_) - _global_names(copy.__code__)
     if unknown:
@@ -173,7 +166,6 @@ def bind(fn: F, name: str | None = None, inline: bool | None = None, **globals_:
         numba_body=_bound_body(fn, copy, _NUMBA_BODY),
         cuda_body=_bound_body(fn, copy, _CUDA_BODY),
         single=getattr(fn, _SINGLE, None),
-        inline=getattr(fn, _INLINE) if inline is None else inline,
         returns_array=getattr(fn, _RETURNS_ARRAY),
     )
 
@@ -216,7 +208,6 @@ def single_precision(fn: F) -> F:
                 _rebind(fn, lambda v: v),
                 numba_body=single_numba,
                 cuda_body=single_cuda,
-                inline=getattr(fn, _INLINE),
                 returns_array=getattr(fn, _RETURNS_ARRAY),
             )
         else:
