@@ -7,7 +7,8 @@ Tasks (``--task``):
   ``stock-runner``: our GPUCartPole-v1 on RLlib's stock env runner
   (``configs/gpu_cartpole_stock_runner.yaml``); ``stock-rllib``: stock RLlib PPO on gymnasium's
   CartPole-v1 (``configs/cartpole_stock_rllib.yaml``, RLlib's own tuned example), also with 8
-  envs per runner; ``sb3``: Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters.
+  envs per runner; ``sb3``: Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters;
+  ``purejaxrl``: PureJaxRL's PPO, one XLA program, on gymnax's CartPole-v1 (``purejaxrl.py``).
 * ``pendulum-ppo``: continuous PPO on Pendulum, target -300 (where RLlib's own Pendulum PPO
   example stops). ``device``: DevicePPO on GPUPendulum-v1 (``configs/gpu_pendulum_ppo.yaml``);
   ``stock-rllib``: stock RLlib PPO on gymnasium's Pendulum-v1 (``configs/pendulum_stock_rllib.yaml``,
@@ -32,8 +33,8 @@ Every run happens in a fresh process, one after the other on the same machine, a
 (seconds, env steps, mean return, gradient steps) after each iteration. The return criterion is the same for
 all: the mean return of the last 100 episodes (the device env runner's ``episode_return_mean``;
 for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
-``ep_info_buffer``). Time to target counts training only; building the algorithm is reported
-apart.
+``ep_info_buffer``; PureJaxRL's, the episodes its updates ended). Time to target counts training
+only; building the algorithm (for PureJaxRL, compiling its program) is reported apart.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ TASKS = {
                 "stock-rllib": "stock RLlib on gymnasium CartPole",
                 "stock-rllib-8envs": "stock RLlib, 8 envs per runner",
                 "sb3": "Stable-Baselines3 PPO (RL-Zoo)",
+                "purejaxrl": "PureJaxRL PPO (JAX, gymnax)",
             },
             config_files={
                 "device": "gpu_cartpole_ppo.yaml",
@@ -416,6 +418,10 @@ def run_one(
         return _sb3_curve(task.sb3, seed, target, budget_s)
     if contender == "random":
         return _random_curve(task, seed, target, budget_s)
+    if contender == "purejaxrl":
+        from rllib_gpuenv.bench import purejaxrl
+
+        return purejaxrl.curve(seed, target, budget_s, LAST_EPISODES)
     return _rllib_curve(task, contender, seed, target, budget_s, overrides or {}, device_config)
 
 
@@ -551,9 +557,13 @@ def run(
             f"task {task!r} has no contender {', '.join(map(repr, unknown))}: its contenders are "
             f"{', '.join(the_task.contenders)}"
         )
-    for contender in contenders:  # every experiment file there, before the first run
-        if contender != "sb3":
+    for contender in contenders:  # every experiment file there, and PureJaxRL's packages, before the first run
+        if contender in the_task.config_files:
             _experiment_file(the_task, contender, device_config)
+        elif contender == "purejaxrl":
+            from rllib_gpuenv.bench import purejaxrl
+
+            purejaxrl.check_installed()
     target = the_task.target if target is None else target
     runs = []
     for contender in contenders:
@@ -630,7 +640,8 @@ def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TAS
             if other is ours:
                 continue
             if other["median_time_to_target_s"]:
-                time_ratio = f"{other['median_time_to_target_s'] / ours['median_time_to_target_s']:.1f}x"
+                ratio = other["median_time_to_target_s"] / ours["median_time_to_target_s"]
+                time_ratio = f"{ratio:.1f}x" if ratio >= 1 else f"{ratio:.2f}x"  # a faster contender: 0.46x, not 0.5x
                 steps_ratio = f"{other['median_steps_to_target'] / ours['median_steps_to_target']:.2f}x"
             else:
                 time_ratio = (
@@ -721,8 +732,8 @@ def add_arguments(parser) -> None:
         "--contenders",
         nargs="*",
         help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
-        "device stock-runner stock-rllib stock-rllib-8envs sb3; pendulum-ppo and cartpole-dqn: device stock-rllib sb3; "
-        "breakout-ppo and inverted-pendulum-ppo: device random",
+        "device stock-runner stock-rllib stock-rllib-8envs sb3 purejaxrl; "
+        "pendulum-ppo and cartpole-dqn: device stock-rllib sb3; breakout-ppo and inverted-pendulum-ppo: device random",
     )
     parser.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
     parser.add_argument(

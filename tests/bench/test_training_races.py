@@ -12,19 +12,22 @@ from tests.helpers import run_module
 
 def test_training_curves(tmp_path):
     # Every RLlib contender (stock-runner, stock-rllib, stock-rllib-8envs) takes the device's path with
-    # another experiment file, and those files load in test_experiment_files: one RLlib run and SB3's.
-    contenders = ["device", "sb3"]
+    # another experiment file, and those files load in test_experiment_files: one RLlib run, SB3's and PureJaxRL's.
+    contenders = ["device", "sb3", "purejaxrl"]
     out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "10")
     assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
     assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
     assert "median gradient steps to 25" in out.stdout
     result = outputs(tmp_path, "training")
     assert [r["contender"] for r in result["rows"]] == contenders
-    device, sb3 = result["meta"]["curves"]
+    device, sb3, purejaxrl = result["meta"]["curves"]
     # gradient steps so far at each point: the device file's 4 epochs x 4 minibatches per 2,048 env steps,
-    # SB3's 20 epochs of one 256-step minibatch per rollout (counted before the rollout's own update)
+    # SB3's 20 epochs of one 256-step minibatch per rollout (counted before the rollout's own update),
+    # PureJaxRL's 4 epochs x 4 minibatches per update of 4 envs x 128 steps, read back every 4 updates
     assert [p[3] for p in device["curve"]] == [16 * p[1] // 2048 for p in device["curve"]]
     assert [p[3] for p in sb3["curve"]] == [20 * (p[1] // 256 - 1) for p in sb3["curve"]]
+    assert [p[1] for p in purejaxrl["curve"]] == [2048 * (i + 1) for i in range(len(purejaxrl["curve"]))]
+    assert [p[3] for p in purejaxrl["curve"]] == [16 * p[1] // 512 for p in purejaxrl["curve"]]
     assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
     for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
         half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
@@ -125,6 +128,20 @@ def test_training_refuses_a_contender_the_task_lacks(tmp_path):
         out.returncode != 0
         and "task 'pendulum-ppo' has no contender 'stock-runner': its contenders are device, stock-rllib, sb3" in out.stderr
     )
+
+
+def test_purejaxrl_without_its_packages_names_the_extra_before_any_run(tmp_path, monkeypatch):
+    import importlib.util
+
+    from rllib_gpuenv.bench import training
+    from rllib_gpuenv.cli.errors import missing_extra
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gymnax" else find_spec(name, *a))
+    with pytest.raises(ModuleNotFoundError) as err:
+        training.run(["device", "purejaxrl"], [0], budget_s=1, out_dir=str(tmp_path))
+    assert missing_extra(err.value) == 'gymnax is not installed: pip install "rllib_gpuenv[bench]"'
+    assert not list(tmp_path.iterdir())  # no run started
 
 
 def test_learners(tmp_path):
