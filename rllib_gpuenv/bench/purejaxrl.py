@@ -183,12 +183,14 @@ def make_program(seed: int, settings: dict = SETTINGS):
         )
         return params, opt_state, env_state, obs, episode_return, key
 
-    key = jax.random.PRNGKey(seed)
-    key, init_key, reset_key = jax.random.split(key, 3)
-    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, s["num_envs"]), env_params)
-    params = network.init(init_key, jnp.zeros(env.observation_space(env_params).shape))
-    state = (params, optimizer.init(params), env_state, obs, jnp.zeros(s["num_envs"]), key)
-    return state, jax.jit(run), jax.jit(sample)
+    def initial_state(key):
+        key, init_key, reset_key = jax.random.split(key, 3)
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, s["num_envs"]), env_params)
+        params = network.init(init_key, jnp.zeros(env.observation_space(env_params).shape))
+        return params, optimizer.init(params), env_state, obs, jnp.zeros(s["num_envs"]), key
+
+    # jitted as well: op by op, JAX would compile each of the initialisation's ops on its own
+    return jax.jit(initial_state)(jax.random.PRNGKey(seed)), jax.jit(run), jax.jit(sample)
 
 
 def curve(seed: int, target: float, budget_s: float, last_episodes: int = 100, settings: dict = SETTINGS) -> dict:
