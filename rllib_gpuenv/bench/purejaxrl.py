@@ -223,4 +223,10 @@ def curve(seed: int, target: float, budget_s: float, last_episodes: int = 100, s
         state = sample(state)
     jax.block_until_ready(state)
     sampling = rollouts * settings["num_envs"] * settings["num_steps"] / (time.perf_counter() - start)
-    return {"curve": points, "build_s": build_s, "sampling_env_steps_per_s": sampling}
+    device = jax.devices()[0]
+    return {
+        "curve": points,
+        "build_s": build_s,
+        "sampling_env_steps_per_s": sampling,
+        "jax_device": f"{device.platform}: {device.device_kind}",
+    }

@@ -532,6 +532,7 @@ def _run_row(contender: str, seed: int, budget_s: float, target: float, halfway:
         "env_steps_per_s": steps / seconds if seconds else 0.0,
         "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"),
         "config_file": result.get("config_file"),
+        **({"jax_device": result["jax_device"]} if "jax_device" in result else {}),  # where PureJaxRL's program ran
         "curve": curve,
     }
 

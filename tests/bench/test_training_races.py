@@ -28,6 +28,7 @@ def test_training_curves(tmp_path):
     assert [p[3] for p in sb3["curve"]] == [20 * (p[1] // 256 - 1) for p in sb3["curve"]]
     assert [p[1] for p in purejaxrl["curve"]] == [2048 * (i + 1) for i in range(len(purejaxrl["curve"]))]
     assert [p[3] for p in purejaxrl["curve"]] == [16 * p[1] // 512 for p in purejaxrl["curve"]]
+    assert purejaxrl["jax_device"].startswith("cpu") and "jax_device" not in device
     assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
     for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
         half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
