@@ -125,7 +125,7 @@ run)
             bench 130 . training training --contenders device --budget 30
             bench 130 ppo_512envs training training --contenders device --budget 30 --device-config configs/gpu_cartpole_ppo_512envs.yaml
             bench 120 . training_dqn training --task cartpole-dqn --contenders device --budget 40
-            bench 60 training_purejaxrl training --contenders purejaxrl --budget 20
+            bench 60 training_purejaxrl training training --contenders purejaxrl --budget 20
             bench 120 . training_pendulum training --task pendulum-ppo --contenders device --budget 40
             sed 's/^    use_kl_loss: false.*/&\n    cuda_graphs: false/' configs/gpu_cartpole_ppo.yaml > "$RES/ppo_eager_step.yaml"
             grep -q '^    cuda_graphs: false' "$RES/ppo_eager_step.yaml" || echo "ppo_eager_step.yaml: cuda_graphs not set" >&2
