@@ -107,12 +107,19 @@ class ResultLoggers:
             raise self._error
 
 
+SETUP_SECONDS = "RLLIB_GPUENV_SETUP_S"  # set by ./run.sh when it installed before running the command (run.sh)
+
+
 class StartupTimes:
-    """Where the seconds before the first iteration went: Python and imports (since the process
-    started), then each step named by ``done``."""
+    """Where the seconds before the first iteration went: ``./run.sh``'s setup where it just
+    installed (the command then runs in its process), Python and imports (the rest since the
+    process started), then each step named by ``done``."""
 
     def __init__(self):
-        self.parts = [("Python and imports", _seconds_since_process_start(), "")]
+        setup = float(os.environ.pop(SETUP_SECONDS, "") or 0)  # this run's, not its child processes'
+        since_start = _seconds_since_process_start()
+        self.parts = [("setup (./run.sh)", setup, "")] if setup else []
+        self.parts.append(("Python and imports", max(since_start - setup, 0.0), ""))
         self._last = time.perf_counter()
 
     def done(self, part: str, detail: str = "") -> None:

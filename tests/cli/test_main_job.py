@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from rllib_gpuenv.cli.train import ResultLoggers, train
+from rllib_gpuenv.cli.train import SETUP_SECONDS, ResultLoggers, StartupTimes, _seconds_since_process_start, train
 from tests.helpers import ROOT, tiny_main_job_file
 
 
@@ -107,6 +107,19 @@ def test_result_loggers_raise_what_a_callback_raised_at_close(tmp_path):
     with pytest.raises(ValueError, match="disk full"):
         loggers.close()
     assert failing.seen == [1, 2]  # nothing more is written after the error
+
+
+def test_the_start_up_line_names_run_sh_s_setup_apart_from_the_imports(monkeypatch):
+    """./run.sh execs the command in its own process after installing: the seconds since the
+    process started are then its setup's (it says how many) and the imports' after it."""
+    monkeypatch.setenv(SETUP_SECONDS, "12")
+    startup = StartupTimes()
+    ((setup, imports),) = [startup.parts]
+    assert setup == ("setup (./run.sh)", 12.0, "") and imports[0] == "Python and imports"
+    assert imports[1] == pytest.approx(max(_seconds_since_process_start() - 12.0, 0.0), abs=0.5)  # the rest
+    assert SETUP_SECONDS not in os.environ  # not for the processes the job starts
+    assert StartupTimes().parts[0][0] == "Python and imports"  # a run without a setup before it
+    assert startup.summary().startswith(f"ready after {12.0 + imports[1]:.1f} s: setup (./run.sh) 12.0 s, Python and imports")
 
 
 def test_the_main_job_trains_with_colocated_learners(ray_local, tmp_path):
