@@ -113,10 +113,13 @@ def _value_problem(key: str, value: Any) -> str | None:
     if key in POSITIVE_NUMBERS and not (_is_number(value) and value > 0):
         return f"must be a number > 0, got {value!r}"
     if key in SCHEDULABLE_NON_NEGATIVE:
-        values = [v for _, v in value] if _is_schedule(value) else [value]
-        if not all(_is_number(v) and (v > 0 if key == "lr" else v >= 0) for v in values):
-            bound = "> 0" if key == "lr" else ">= 0"
-            return f"must be a number {bound} or a schedule [[timestep, value], ...] of such numbers, got {value!r}"
+        # A constant lr of 0 trains nothing; a schedule may anneal to 0 (as PureJaxRL's and SB3's do).
+        schedule = _is_schedule(value)
+        values = [v for _, v in value] if schedule else [value]
+        constant_lr = key == "lr" and not schedule
+        if not all(_is_number(v) and (v > 0 if constant_lr else v >= 0) for v in values):
+            number = "a number > 0" if key == "lr" else "a number >= 0"
+            return f"must be {number} or a schedule [[timestep, value], ...] of numbers >= 0, got {value!r}"
     if key in UNIT_INTERVAL and not (_is_number(value) and 0 <= value <= 1):
         return f"must be a number in [0, 1], got {value!r}"
     return None

@@ -45,6 +45,14 @@ def test_every_shipped_config_loads():
         assert experiments and all(e.stop for e in experiments), name
 
 
+def test_a_learning_rate_schedule_may_anneal_to_zero(tmp_path):
+    """As PureJaxRL's and SB3's linear schedules do (RLlib trains on with lr 0); a constant 0 is refused (above)."""
+    path = write(tmp_path, "x: {run: DevicePPO, env: GPUCartPole-v1, stop: {training_iteration: 1}, "
+                 "config: {lr: [[0, 0.004], [286720, 0.0]]}}")  # fmt: skip
+    (experiment,) = load_experiments(path)
+    assert experiment.config.lr == [[0, 0.004], [286720, 0.0]]
+
+
 def test_legacy_keys_and_metrics_are_translated_with_warnings(tmp_path, caplog):
     path = write(
         tmp_path,
@@ -213,6 +221,10 @@ STOP = "stop: {training_iteration: 1}"
         ),
         (
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{lr: [[0, 0.1], [100, -1]]}}}}",
+            r"experiment 'x': lr: must be a number > 0 or a schedule \[\[timestep, value\], ...\] of numbers >= 0",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{lr: 0}}}}",
             r"experiment 'x': lr: must be a number > 0 or a schedule",
         ),
         (
