@@ -35,7 +35,7 @@ from ray.rllib.utils.metrics import (
     NUM_MODULE_STEPS_TRAINED_LIFETIME,
     WEIGHTS_SEQ_NO,
 )
-from ray.rllib.utils.torch_utils import clip_gradients, compute_global_norm
+from ray.rllib.utils.torch_utils import compute_global_norm
 
 from rllib_gpuenv.rllib.update_graph import Outputs, StepBuffers, StepGraph, minibatch_rows, signature
 
@@ -204,7 +204,7 @@ class LeanUpdate:
                     grad.mul_(torch.where(norm > clip, clip / norm, 1.0))
             key = f"gradients_{name}_global_norm"
             if clip and by == "global_norm":
-                logged[key] = clip_gradients(dict(enumerate(grads)), grad_clip=clip, grad_clip_by=by)
+                logged[key] = _clip_by_global_norm(grads, clip)
             elif config.log_gradients:
                 logged[key] = compute_global_norm(grads)
         return logged
@@ -229,3 +229,16 @@ class LeanUpdate:
         # so its env-steps-trained count is that times the minibatches: the same count here.
         log((ALL_MODULES, NUM_ENV_STEPS_TRAINED), env_steps * steps, reduce="sum", with_throughput=True)
         log((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), env_steps * steps, reduce="lifetime_sum", with_throughput=True)
+
+
+def _clip_by_global_norm(grads: list[torch.Tensor], clip: float) -> torch.Tensor:
+    """RLlib's ``clip_gradients(..., grad_clip_by="global_norm")`` (the same norm, infinities
+    capped alike, the same coefficient), in a handful of ops where RLlib's takes four per
+    gradient tensor: on a CPU those ~40 small ops cost a tenth of a 64x64 network's step."""
+    if not grads:
+        return torch.tensor(0.0)
+    norms = torch.stack(torch._foreach_norm(grads, 2.0)).nan_to_num(neginf=-10e8, posinf=10e8)
+    total = torch.linalg.vector_norm(norms, 2.0).nan_to_num(neginf=-10e8, posinf=10e8)
+    coefficient = (clip / torch.clamp(total + 1e-6, min=clip)).clamp(max=1.0)
+    torch._foreach_mul_(grads, coefficient)
+    return total
