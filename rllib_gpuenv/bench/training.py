@@ -29,7 +29,8 @@ Tasks (``--task``):
   Brax's own PPO trainer is no contender: Brax 0.14's ``ppo.train`` calls
   ``jax.device_put_replicated``, which the JAX that Brax installs with (0.10) no longer has.
 
-Every run happens in a fresh process, one after the other on the same machine, and records
+Every run happens in a fresh process, one after the other on the same machine (seed by seed,
+each contender in turn, so that the machine's slow spells fall on all of them), and records
 (seconds, env steps, mean return, gradient steps) after each iteration. The return criterion is the same for
 all: the mean return of the last 100 episodes (the device env runner's ``episode_return_mean``;
 for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
@@ -567,8 +568,9 @@ def run(
             purejaxrl.check_installed()
     target = the_task.target if target is None else target
     runs = []
-    for contender in contenders:
-        for seed in seeds:
+    # Seed by seed, every contender in turn: a spell of a busy or slow machine falls on all of them.
+    for seed in seeds:
+        for contender in contenders:
             print(f"  {the_task.contenders[contender]:<40} seed {seed} ...", end="", file=sys.stderr, flush=True)
             result = _run_in_subprocess(
                 the_task, contender, seed, target, budget_s, (overrides or {}).get(contender, {}), device_config
