@@ -14,7 +14,8 @@ here so that ``bench training`` can race it side by side with the others:
   as termination, as PureJaxRL does (gymnax 1.0 reports the two apart; PureJaxRL was written
   for the one ``done`` flag of the gymnax before it, which is either).
 
-The one change is how it is timed. PureJaxRL scans over every update in one call, which returns
+Its random keys are split in another order than PureJaxRL's (the same distributions, other
+draws), and it is timed differently. PureJaxRL scans over every update in one call, which returns
 only at the end; to see when the mean return of the last 100 episodes reaches the target, the
 same update is scanned over ``UPDATES_PER_CALL`` updates per call (2,048 env steps, the device
 path's iteration), and the episodes that ended are read back after each call. The program is
