@@ -113,10 +113,12 @@ def test_the_start_up_line_names_run_sh_s_setup_apart_from_the_imports(monkeypat
     """./run.sh execs the command in its own process after installing: the seconds since the
     process started are then its setup's (it says how many) and the imports' after it."""
     monkeypatch.setenv(SETUP_SECONDS, "12")
+    before = max(_seconds_since_process_start() - 12.0, 0.0)
     startup = StartupTimes()
+    after = max(_seconds_since_process_start() - 12.0, 0.0)
     ((setup, imports),) = [startup.parts]
     assert setup == ("setup (./run.sh)", 12.0, "") and imports[0] == "Python and imports"
-    assert imports[1] == pytest.approx(max(_seconds_since_process_start() - 12.0, 0.0), abs=0.5)  # the rest
+    assert before <= imports[1] <= after  # the rest of the seconds since the process started, however loaded the machine
     assert SETUP_SECONDS not in os.environ  # not for the processes the job starts
     assert StartupTimes().parts[0][0] == "Python and imports"  # a run without a setup before it
     assert startup.summary().startswith(f"ready after {12.0 + imports[1]:.1f} s: setup (./run.sh) 12.0 s, Python and imports")
