@@ -8,9 +8,9 @@ as the device path runs it on a CPU; on a GPU "ours: captured" is the same updat
 gradient step replayed from a CUDA graph (the default there; ``update_graph.py``) and "ours:
 lean" the eager loop (``cuda_graphs=False``); "RLlib's update" is the same learner with ``lean_update=False``
 (RLlib's ``Learner.update``: its minibatch iterator, hooks and per-minibatch metrics); "plain
-torch" is the loop a CleanRL user writes (``nn.Sequential`` networks, no framework). The
-contenders take turns, round after round, and each figure is the median over rounds: the ratio
-to plain torch is the number to read (benchmarks/RESULTS.md, "The lean update").
+torch" is the loop a CleanRL user writes (``nn.Sequential`` networks, ``clip_grad_norm_``
+where the config clips, no framework). The contenders take turns, round after round, and each
+figure is the median over rounds: the ratio to plain torch is the number to read (benchmarks/RESULTS.md, "The lean update").
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ CONTENDERS = (CAPTURED, LEAN, RLLIB, PLAIN)
 
 
 class PlainPPO:
-    """The same networks, loss and optimizer as the learner's, in plain torch (CleanRL's shape)."""
+    """The same networks, loss, gradient clipping and optimizer as the learner's, in plain torch
+    (CleanRL's shape)."""
 
     def __init__(self, obs_dim: int, num_actions: int, config, device):
         def mlp(out: int) -> torch.nn.Sequential:
@@ -39,9 +40,11 @@ class PlainPPO:
             return torch.nn.Sequential(*layers, torch.nn.Linear(sizes[-1], out))
 
         self.actor, self.critic = mlp(num_actions).to(device), mlp(1).to(device)
-        params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = torch.optim.Adam(params, lr=config.lr, fused=True)
+        self.params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.optimizer = torch.optim.Adam(self.params, lr=config.lr, fused=True)
         self.config = config
+        if config.grad_clip and config.grad_clip_by != "global_norm":
+            raise SystemExit(f"plain torch clips gradients by global norm only, not by {config.grad_clip_by}")
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
         from ray.rllib.core.columns import Columns
@@ -59,6 +62,8 @@ class PlainPPO:
         loss = (-surrogate + config.vf_loss_coeff * value_loss - config.entropy_coeff * entropy).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if config.grad_clip:  # as CleanRL clips (max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self.params, config.grad_clip)
         self.optimizer.step()
 
     @torch.no_grad()

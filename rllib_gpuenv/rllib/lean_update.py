@@ -6,15 +6,17 @@ and checking it), calls a chain of hooks, and logs a dozen metrics per minibatch
 (benchmarks/RESULTS.md, "The lean update"). The data here is already a dict of tensors on the
 learner's device, so ``LeanUpdate.lean_update`` runs the epochs × minibatches loop over it with
 only what the math needs: a permutation per epoch drawn on the device (none for the first, as
-in RLlib), minibatches taken by indexing, the loss, ``backward``, RLlib's gradient postprocessing (clipping) and the optimizer
-step. Metrics are logged once per update, with RLlib's keys and RLlib's meaning (its loss
-metrics are logged with ``window=1``, so what it reports is the last minibatch's: so here), and
-RLlib's ``before_/after_gradient_based_update`` hooks run as in its ``update`` (learning-rate and
+in RLlib), minibatches taken by indexing, the loss, ``backward``, RLlib's gradient clipping (in
+place, in a few ops) and the optimizer step. Metrics are logged once per update, with RLlib's
+keys and RLlib's meaning (its loss metrics and gradient norms are logged with ``window=1``, so
+what it reports is the last minibatch's: so here), and RLlib's
+``before_/after_gradient_based_update`` hooks run as in its ``update`` (learning-rate and
 entropy schedules, PPO's KL coefficient, DQN's target network).
 
 The learner decides per update whether the lean path applies (``lean_update_applies``): it
 needs a single module, no ``torch_compile_learner``, no AMP grad scalers, and the algorithm's
-own loss (a subclass that overrides ``compute_loss_for_module`` keeps RLlib's update).
+own loss (a subclass that overrides ``compute_loss_for_module`` keeps RLlib's update; one that
+overrides ``postprocess_gradients(_for_module)`` has it called on every gradient step).
 
 On a GPU the gradient step is captured once as a CUDA graph and replayed for every minibatch
 (``update_graph.py``; ``cuda_graphs=False`` in the config turns it off).
@@ -124,24 +126,43 @@ class LeanUpdate:
                 fwd_out = module._forward_train(minibatch)  # under DDP (several learners) through DDP's forward
                 last = epoch == num_epochs - 1 and start == starts[-1]
                 loss, loss_metrics = self.lean_loss(module_id, config, minibatch, fwd_out, last, coefficients)
-                self.gradient_step(loss)
+                norms = self.gradient_step(loss)
+                if last:
+                    loss_metrics.update(norms)  # RLlib logs them every step with window=1: the last step's
         steps = num_epochs * len(starts)
         self._log_update(module_id, loss, loss_metrics, size, steps, env_steps if env_steps is not None else rows)
         self.after_gradient_based_update(timesteps=timesteps)
         return self.metrics.reduce()
 
-    def gradient_step(self, loss: torch.Tensor) -> None:
-        """``backward`` and one optimizer step, through RLlib's gradient postprocessing (clipping
-        by ``grad_clip``/``grad_clip_by``) and the learner's ``apply_gradients``."""
+    def gradient_step(self, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``backward`` and one optimizer step: RLlib's gradient postprocessing (clipping by
+        ``grad_clip``/``grad_clip_by``), done in place by ``_clip_on_device`` unless the learner
+        postprocesses gradients its own way, then the learner's ``apply_gradients``. Returns the
+        global norms that RLlib's postprocessing logs (none where RLlib's ran: it logged them)."""
         for optimizer in self._optimizer_parameters:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.apply_gradients(self.postprocess_gradients({pid: p.grad for pid, p in self._params.items()}))
+        gradients = {pid: p.grad for pid, p in self._params.items()}
+        if self._own_gradient_postprocessing():
+            self.apply_gradients(self.postprocess_gradients(gradients))
+            return {}
+        norms = self._clip_on_device(DEFAULT_MODULE_ID, self.config.get_config_for_module(DEFAULT_MODULE_ID))
+        self.apply_gradients(gradients)
+        return norms
+
+    def _own_gradient_postprocessing(self) -> bool:
+        """Whether the learner overrides RLlib's gradient postprocessing, which ``_clip_on_device`` replaces."""
+        cls = type(self)
+        return (
+            cls.postprocess_gradients is not Learner.postprocess_gradients
+            or cls.postprocess_gradients_for_module is not Learner.postprocess_gradients_for_module
+        )
 
     def _graph_for(self, columns: TensorColumns, size: int, coefficients: dict) -> StepGraph | None:
         """The ``StepGraph`` for this update's shapes, or None where the eager loop runs: another
         device, ``cuda_graphs=False``, several learners (DDP's all-reduce), torch lr schedulers,
-        after a failed capture, or once the shapes have changed more than ``MAX_GRAPH_CHANGES`` times."""
+        gradient postprocessing of the learner's own, after a failed capture, or once the shapes
+        have changed more than ``MAX_GRAPH_CHANGES`` times."""
         config = self.config
         if not (
             getattr(config, "cuda_graphs", True)
@@ -149,6 +170,7 @@ class LeanUpdate:
             and config.num_learners <= 1
             and self._lr_scheduler_classes is None
             and self._step_graph_failure is None
+            and not self._own_gradient_postprocessing()
         ):
             return None
         optimizers = list(self._optimizer_parameters)
@@ -188,13 +210,17 @@ class LeanUpdate:
         return loss.detach(), metrics
 
     def _clip_on_device(self, module_id: str, config) -> dict[str, torch.Tensor]:
-        """RLlib's ``postprocess_gradients_for_module``, in place and without a host sync (its
-        "norm" mode compares on the host); returns the global norms it logs."""
+        """RLlib's ``postprocess_gradients_for_module``, in place, in a few ops (RLlib's takes
+        four per gradient tensor and builds dicts keyed by tensors: on a CPU a tenth of a 64x64
+        network's step) and without a host sync (its "norm" mode compares on the host); returns
+        the global norms it logs."""
         logged = {}
         clip, by = config.grad_clip, config.grad_clip_by
-        all_grads = {pid: p.grad for pid, p in self._params.items()}
+        if not clip and not config.log_gradients:
+            return logged
         for name, optimizer in self.get_optimizers_for_module(module_id):
-            grads = [g for g in self.filter_param_dict_for_optimizer(all_grads, optimizer).values() if g is not None]
+            # A torch learner's parameter references are the parameters themselves.
+            grads = [p.grad for p in self._optimizer_parameters[optimizer] if p.grad is not None]
             if clip and by == "value":
                 for grad in grads:
                     grad.clamp_(-clip, clip)
