@@ -30,11 +30,10 @@ def compute_gae(
     if next_values is None:
         next_values = values[1:]
     not_terminated = (~terminated).to(values.dtype)
-    not_done = (~(terminated | truncated)).to(values.dtype)
+    decay = (~(terminated | truncated)).to(values.dtype) * (gamma * lambda_)  # γλ, or 0 after a done step
     deltas = rewards + gamma * next_values * not_terminated - values[:-1]
     advantages = torch.empty_like(deltas)
     running = torch.zeros_like(deltas[0])
-    for t in range(deltas.shape[0] - 1, -1, -1):
-        running = deltas[t] + gamma * lambda_ * not_done[t] * running
-        advantages[t] = running
+    for t in range(deltas.shape[0] - 1, -1, -1):  # one op a step: on a CPU the loop is op dispatch
+        running = torch.addcmul(deltas[t], decay[t], running, out=advantages[t])
     return advantages, advantages + values[:-1]
