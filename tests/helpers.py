@@ -98,6 +98,13 @@ def _run_forked(kind: str, name: str, args: list[str], env: dict, out_path: str,
 
     os.environ.clear()
     os.environ.update(env)
+    # Ray's C++ settings were read from the fork server's environment when it loaded Ray; read
+    # them from this one, as a new interpreter would. (A local ray.init() in the test process
+    # sets RAY_AUTH_MODE=token there: without this, a forked ray.init() would start a GCS that
+    # wants a token and a driver that sends none.)
+    from ray._raylet import Config
+
+    Config.initialize("")
     os.chdir(ROOT)
     for fd, path in ((1, out_path), (2, err_path)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
