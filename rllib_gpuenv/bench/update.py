@@ -10,7 +10,8 @@ lean" the eager loop (``cuda_graphs=False``); "RLlib's update" is the same learn
 (RLlib's ``Learner.update``: its minibatch iterator, hooks and per-minibatch metrics); "plain
 torch" is the loop a CleanRL user writes (``nn.Sequential`` networks, ``clip_grad_norm_``
 where the config clips, no framework). The contenders take turns, round after round, and each
-figure is the median over rounds: the ratio to plain torch is the number to read (benchmarks/RESULTS.md, "The lean update").
+figure is the median over rounds: the ratio to plain torch is the number to read
+(benchmarks/RESULTS.md, "The lean update").
 """
 
 from __future__ import annotations

@@ -211,9 +211,9 @@ class LeanUpdate:
 
     def _clip_on_device(self, module_id: str, config) -> dict[str, torch.Tensor]:
         """RLlib's ``postprocess_gradients_for_module``, in place, in a few ops (RLlib's takes
-        four per gradient tensor and builds dicts keyed by tensors: on a CPU a tenth of a 64x64
-        network's step) and without a host sync (its "norm" mode compares on the host); returns
-        the global norms it logs."""
+        four per gradient tensor and builds dicts keyed by tensors: on a CPU 0.1 ms of a 64x64
+        network's 1.3 ms step) and without a host sync (its "norm" mode compares on the host);
+        returns the global norms it logs."""
         logged = {}
         clip, by = config.grad_clip, config.grad_clip_by
         if not clip and not config.log_gradients:
