@@ -21,7 +21,8 @@
 #             step, PPO trained on the GPU and restored on a CPU, two env runners sharing the GPU,
 #             a colocated learner actor stepping its envs on the GPU, the PPO and DQN updates
 #             captured as CUDA graphs against the eager ones: the same weights, host syncs per
-#             update, not per step, a step that cannot be captured falling back; gymnax stepping
+#             update, not per step, a step that cannot be captured falling back, a learner with
+#             its own gradient postprocessing left uncaptured; gymnax stepping
 #             on the GPU in memory shared with torch), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's
 #             wheels are over what a call carries beside Ray; it runs on a GPU machine of one's own;

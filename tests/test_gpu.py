@@ -15,7 +15,16 @@ import torch
 from rllib_gpuenv import ENV_DEFS, make_vector_env
 from rllib_gpuenv.envs import SHIPPED_DEFS
 from tests.helpers import run_python
-from tests.update_paths import CAPTURED, LEAN, assert_same, dqn_updates, ppo_runs, rllib_defaults, use
+from tests.update_paths import (
+    CAPTURED,
+    LEAN,
+    assert_same,
+    dqn_updates,
+    ppo_runs,
+    rllib_defaults,
+    train_with_own_gradient_postprocessing,
+    use,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -335,6 +344,10 @@ def test_a_captured_update_waits_for_the_gpu_per_update_not_per_step():
     finally:
         algo.stop()
     assert counts[CAPTURED][0] == counts[CAPTURED][1] and counts[LEAN][1] - counts[LEAN][0] >= 12, counts
+
+
+def test_a_learner_with_its_own_gradient_postprocessing_is_not_captured():
+    train_with_own_gradient_postprocessing(CAPTURED, "cuda")
 
 
 def test_a_step_that_cannot_be_captured_runs_eagerly_and_says_why(caplog):

@@ -144,3 +144,33 @@ def assert_same(runs: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
             assert set(result) == set(reference_result), path
             for key, value in reference_result.items():
                 assert result[key] == pytest.approx(value, rel=rtol, abs=atol), f"{path}: {key}"
+
+
+def train_with_own_gradient_postprocessing(path: str, device: str) -> None:
+    """One iteration of the main job's PPO (16 envs × 32 steps, minibatches of 128) on ``device``,
+    set to update through ``path``, by a learner whose own gradient postprocessing zeroes every
+    gradient: it ran on every gradient step, no step graph was made, and no weight moved."""
+    from rllib_gpuenv.experiments import cartpole_config
+    from rllib_gpuenv.rllib import DevicePPOTorchLearner
+
+    class OwnPostprocessing(DevicePPOTorchLearner):
+        calls = 0
+
+        def postprocess_gradients_for_module(self, **kwargs):
+            OwnPostprocessing.calls += 1
+            return {ref: grad.zero_() for ref, grad in kwargs["module_gradients_dict"].items()}
+
+    config = cartpole_config(device=device, seed=0).training(learner_class=OwnPostprocessing, minibatch_size=128)
+    config.env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=32)
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        use(learner, path)
+        before = {name: w.clone() for name, w in learner.module["default_policy"].state_dict().items()}
+        assert learner.lean_update_applies()
+        algo.train()
+        assert OwnPostprocessing.calls == config.num_epochs * 4 and learner._step_graph is None
+        after = learner.module["default_policy"].state_dict()
+        assert all(torch.equal(w, after[name]) for name, w in before.items())  # zero gradients: Adam moves nothing
+    finally:
+        algo.stop()

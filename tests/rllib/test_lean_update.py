@@ -7,7 +7,6 @@ itself is checked on a GPU (tests/test_gpu.py). In this process, without a Ray c
 (``rllib/in_process.py``)."""
 
 import pytest
-import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 
 from rllib_gpuenv.experiments import cartpole_config
@@ -21,6 +20,7 @@ from tests.update_paths import (
     ppo_runs,
     rllib_defaults,
     storage,
+    train_with_own_gradient_postprocessing,
     updates,
     use,
 )
@@ -111,30 +111,10 @@ def test_a_loss_of_the_users_own_keeps_rllibs_update():
         algo.stop()
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["eager", "static-step"])
-def test_gradient_postprocessing_of_the_users_own_runs_in_the_lean_update(static):
+@pytest.mark.parametrize("path", [LEAN, STATIC])
+def test_gradient_postprocessing_of_the_users_own_runs_in_the_lean_update(path):
     """The lean update clips gradients in place in a few ops; a learner that postprocesses its
-    gradients its own way gets its own method called on every gradient step (and no CUDA graph,
-    whose step would bypass it: run here as the uncaptured static step)."""
-
-    class MyLearner(DevicePPOTorchLearner):
-        calls = 0
-        graph_step_devices = ("cuda", "cpu") if static else ("cuda",)
-
-        def postprocess_gradients_for_module(self, **kwargs):
-            MyLearner.calls += 1
-            return {ref: grad.zero_() for ref, grad in kwargs["module_gradients_dict"].items()}  # no learning at all
-
-    config = cartpole_config(device="cpu", seed=0).training(learner_class=MyLearner)
-    config.env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=32).training(minibatch_size=128)
-    algo = config.build_algo()
-    try:
-        learner = algo.learner_group._learner
-        before = {name: w.clone() for name, w in learner.module["default_policy"].state_dict().items()}
-        assert learner.lean_update_applies()
-        algo.train()
-        assert MyLearner.calls == config.num_epochs * 4 and learner._step_graph is None
-        after = learner.module["default_policy"].state_dict()
-        assert all(torch.equal(w, after[name]) for name, w in before.items())  # zero gradients: Adam moves nothing
-    finally:
-        algo.stop()
+    gradients its own way gets its own method called on every gradient step, and no CUDA graph
+    (whose step would bypass it: here the uncaptured static step; captured on a GPU,
+    tests/test_gpu.py)."""
+    train_with_own_gradient_postprocessing(path, "cpu")
