@@ -147,7 +147,7 @@ def assert_same(runs: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
 
 
 def train_with_own_gradient_postprocessing(path: str, device: str) -> None:
-    """One iteration of the main job's PPO (16 envs × 32 steps, minibatches of 128) on ``device``,
+    """One iteration of the main job's PPO settings, smaller (16 envs × 32 steps, minibatches of 128), on ``device``,
     set to update through ``path``, by a learner whose own gradient postprocessing zeroes every
     gradient: it ran on every gradient step, no step graph was made, and no weight moved."""
     from rllib_gpuenv.experiments import cartpole_config
