@@ -22,12 +22,14 @@
 #             a colocated learner actor stepping its envs on the GPU, the PPO and DQN updates
 #             captured as CUDA graphs against the eager ones: the same weights, host syncs per
 #             update, not per step, a step that cannot be captured falling back, a learner with
-#             its own gradient postprocessing left uncaptured; gymnax stepping
+#             its own gradient postprocessing left uncaptured, numba-cuda's recorded launch
+#             replayed bit for bit as a launch per step; gymnax stepping
 #             on the GPU in memory shared with torch), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's
 #             wheels are over what a call carries beside Ray; it runs on a GPU machine of one's own;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling of the CUDA
-#             contenders from 2^10 to 2^24 envs (MinAtar Breakout, an env with a 10x10x4 array
+#             contenders from 2^10 to 2^24 envs (numba-cuda's launch replayed from a CUDA graph
+#             and launched per step among them; MinAtar Breakout, an env with a 10x10x4 array
 #             each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the time per gradient
 #             step of the captured and the eager lean update against RLlib's and plain torch on the
 #             GPU (bench update), the torch step's ops counted on the GPU (bench ops), the
@@ -113,7 +115,7 @@ run)
             echo "tests $((SECONDS - start)) s" >>"$RES/timings.txt" ;;
         bench)
             bench 40 . block_size block-size --num-envs 65536,1048576,16777216
-            bench 60 . scaling scaling --num-envs 1024..16777216 --only cuda
+            bench 80 . scaling scaling --num-envs 1024..16777216 --only cuda
             bench 120 . sampling sampling --num-envs 4096,65536,1048576
             bench 60 . update update --device cuda --minibatch-sizes 128,512,1024,4096
             bench 30 . ops ops --device cuda --num-envs 1048576

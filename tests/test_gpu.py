@@ -103,6 +103,35 @@ def test_a_step_stays_on_the_gpu_without_a_host_sync(backend, env_id):
     assert all(t.device.type == "cuda" for t in (obs, reward, term, trunc, info["episode"]["r"]))
 
 
+def test_numba_cuda_replays_its_recorded_launch_and_steps_as_a_launch_per_step_does():
+    """The numba-cuda step replays the launch its first step recorded as a CUDA graph
+    (backends/numba_cuda.py), bit for bit what launching every step gives, through autoresets;
+    a reset with the same seed keeps the recording, a new seed or block size records anew."""
+    runs = []
+    for replay in (True, False):
+        env = make_vector_env(
+            "GPUCartPole-v1", 1024, backend="numba-cuda", device="cuda", max_episode_steps=50, reuse_outputs=True
+        )
+        backend = env.unwrapped._backend
+        backend.replay_launches = replay
+        generator = torch.Generator().manual_seed(3)
+        seen, graphs = [], []
+        for seed, threads_per_block in ((7, 256), (7, 256), (8, 128)):
+            env.reset(seed=seed)
+            backend.threads_per_block = threads_per_block
+            for _ in range(120):
+                obs, reward, term, trunc, _ = env.step(torch.randint(0, 2, (1024,), generator=generator).to("cuda"))
+                seen.append(torch.cat([obs.flatten(), reward, term.float(), trunc.float()]).cpu())
+                graphs.append(backend.launch_graph)
+        runs.append((torch.stack(seen), graphs, backend.replay_launches))
+    (replayed, graphs, still_replaying), (launched, no_graphs, _) = runs
+    assert still_replaying, "recording failed: see the warning logged by rllib_gpuenv.backends.numba_cuda"
+    assert graphs[0] is graphs[239] is not None and graphs[240] is not graphs[239] and graphs[240] is graphs[-1]
+    assert all(graph is None for graph in no_graphs)
+    assert torch.equal(replayed, launched)
+    assert launched[:, -2048:].any()  # episodes ended (the flags' columns)
+
+
 def gpu_syncs_per_sample(file: str, rollout_length: int) -> int:
     """Host syncs torch reports during one ``sample()`` of the device runner, all on the GPU."""
     from rllib_gpuenv.experiments import load_config

@@ -6,13 +6,24 @@ the implicit synchronisation numba performs by default for foreign arrays (numba
 so a step costs one kernel launch and no host round trip. ``threads_per_block`` is the CUDA
 block size (``rllib-gpuenv bench block-size`` measures the best one for a GPU).
 
+At small ``num_envs`` a step is host-bound: a step of 1,024 envs took 0.29 ms on the H100
+lease's host (outputs reused, no checks) for microseconds of GPU work, and numba checks and
+packs the kernel's ~20 arguments at every launch. Only the actions change from step to step, so
+the first step, which compiles the kernel, also records its launch as a CUDA graph that reads
+the actions from a fixed buffer (``LaunchGraph``); a later step is a copy into that buffer and a
+replay. What that saves is for a GPU to measure (``bench scaling`` times both ways). It is recorded again
+when what the kernel reads moves (other buffers or constants, another block size, actions of
+another shape or dtype), and where recording fails the backend logs why and launches as before.
+
 With ``NUMBA_ENABLE_CUDASIM=1`` numba simulates the GPU on the CPU: the same kernel then runs
-on CPU tensors, which is how the tests check it on machines without a GPU.
+on CPU tensors, which is how the tests check it on machines without a GPU (the simulator has no
+graphs: there every step launches).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 from numba import config as numba_config
@@ -125,8 +136,28 @@ def _as_kernel_array(tensor: torch.Tensor):
     return cuda.as_cuda_array(tensor.detach(), sync=False)
 
 
+@dataclass
+class LaunchGraph:
+    """One recorded launch of the step kernel: replayed with the actions copied into ``actions``."""
+
+    graph: torch.cuda.CUDAGraph
+    actions: torch.Tensor  # the fixed buffer the recorded kernel reads its actions from
+    buffers: EnvBuffers  # the env's buffers the recorded kernel reads and writes (kept alive here)
+    key: tuple  # the rest of what the recording holds fixed (``NumbaCUDABackend._recorded``)
+
+    def holds(self, buffers: EnvBuffers, key: tuple) -> bool:
+        return self.buffers is buffers and self.key == key
+
+    def replay(self, actions: torch.Tensor) -> None:
+        self.actions.copy_(actions)
+        self.graph.replay()
+
+
 class NumbaCUDABackend(Backend):
     name = "numba-cuda"
+    # Replay the step's launch from a CUDA graph (module doc); off: every step launches through numba
+    # (``bench scaling`` times both). A backend whose recording fails turns it off for itself.
+    replay_launches = not SIMULATED
 
     def __init__(
         self,
@@ -158,6 +189,8 @@ class NumbaCUDABackend(Backend):
         self._outputs = StepOutputs.allocate(env.definition.obs_shape, num_envs, dtype, device)
         self._prepared_for = None  # (buffers, constants) the prepared arguments hold
         self._compiled = False
+        self._first_actions: torch.Tensor | None = None  # the first launch's actions buffer, reused by the recording
+        self.launch_graph: LaunchGraph | None = None
 
     def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """numba views of the buffers and outputs (slow to make: when they change, not per step)."""
@@ -170,20 +203,67 @@ class NumbaCUDABackend(Backend):
     def step(self, buffers: EnvBuffers, actions: torch.Tensor, constants: StepConstants, fresh: bool) -> StepOutputs:
         if self._prepared_for is None or self._prepared_for[0] is not buffers or self._prepared_for[1] is not constants:
             self._prepare(buffers, constants)
-        blocks = (self.num_envs + self.threads_per_block - 1) // self.threads_per_block
-        if SIMULATED:
-            launch = self._kernel[blocks, self.threads_per_block]
+        if not (self._compiled or SIMULATED):
+            self._first_launch(actions)
+            if self.replay_launches:  # record now, while the first step waits anyway (a recording synchronizes)
+                self._recorded(buffers, actions)
+        elif self.replay_launches and self._recorded(buffers, actions) is not None:
+            self.launch_graph.replay(actions)
         else:
-            stream = cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
-            launch = self._kernel[blocks, self.threads_per_block, stream]
-        args = self._arguments.fill(actions=_as_kernel_array(actions))
-        if self._compiled or SIMULATED:
-            launch(*args)
-        else:  # numba-cuda compiles on the first launch (once per process)
-            try:
-                log_first_call(self._kernel, args, f"numba-cuda step of {self.env.definition.id}", call=lambda: launch(*args))
-            except Exception as err:
-                raise explain_compile_error(err, self.env.definition.id) from err
-            self._compiled = True
+            self._launcher()(*self._arguments.fill(actions=_as_kernel_array(actions)))
         # Numba views of new tensors are slow to make, so fresh outputs are copies (on the GPU).
         return self._outputs.clone() if fresh else self._outputs
+
+    def _launcher(self):
+        """The kernel configured for this step: one thread per env, on torch's current stream."""
+        blocks = (self.num_envs + self.threads_per_block - 1) // self.threads_per_block
+        if SIMULATED:
+            return self._kernel[blocks, self.threads_per_block]
+        stream = cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
+        return self._kernel[blocks, self.threads_per_block, stream]
+
+    def _fixed_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """A buffer for the actions that a recorded launch reads: contiguous, of their shape and dtype."""
+        return torch.empty_like(actions, memory_format=torch.contiguous_format)
+
+    def _first_launch(self, actions: torch.Tensor) -> None:
+        """numba-cuda compiles on the first launch (once per process). It reads the actions from a
+        buffer such as a recorded launch reads, so that recording finds the kernel compiled for
+        those argument types and loaded (nothing may compile or load while a graph records)."""
+        self._first_actions = self._fixed_actions(actions).copy_(actions)
+        args = self._arguments.fill(actions=_as_kernel_array(self._first_actions))
+        launch = self._launcher()
+        try:
+            log_first_call(self._kernel, args, f"numba-cuda step of {self.env.definition.id}", call=lambda: launch(*args))
+        except Exception as err:
+            raise explain_compile_error(err, self.env.definition.id) from err
+        self._compiled = True
+
+    def _recorded(self, buffers: EnvBuffers, actions: torch.Tensor) -> LaunchGraph | None:
+        """The recorded launch for these buffers, constants, block size and actions (recorded
+        where the one held is for others); None where recording fails."""
+        key = (self._prepared_for[1], self.threads_per_block, actions.shape, actions.dtype)
+        if self.launch_graph is None or not self.launch_graph.holds(buffers, key):
+            self.launch_graph = self._record_launch(buffers, actions, key)
+        return self.launch_graph
+
+    def _record_launch(self, buffers: EnvBuffers, actions: torch.Tensor, key: tuple) -> LaunchGraph | None:
+        """Record the step's launch as a CUDA graph (recording runs nothing); None where it fails."""
+        first = self._first_actions
+        fixed = first if first is not None and first.shape == actions.shape and first.dtype == actions.dtype else None
+        fixed = self._fixed_actions(actions) if fixed is None else fixed
+        args = self._arguments.fill(actions=_as_kernel_array(fixed))
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream(self.device)
+        try:
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                self._launcher()(*args)  # on the capture's stream: torch's current one in here
+        except Exception as error:  # noqa: BLE001 - any failure to record means: launch every step
+            self.replay_launches = False
+            logger.warning(
+                "numba-cuda: the step's launch could not be recorded as a CUDA graph (%s: %s); every step launches",
+                type(error).__name__,
+                error,
+            )
+            return None
+        logger.debug("numba-cuda: the step's launch of %d envs is recorded as a CUDA graph", self.num_envs)
+        return LaunchGraph(graph, fixed, buffers, key)

@@ -63,11 +63,16 @@ def _action_pool(space, device) -> torch.Tensor:
     return torch.stack([torch.as_tensor(space.sample()) for _ in range(POOL)]).to(device)
 
 
-def _ours(env_id: str, backend: str, device: str, **kwargs) -> Callable:
+def _ours(env_id: str, backend: str, device: str, replay_launches: bool = True, **kwargs) -> Callable:
+    """Our env on ``backend``; ``replay_launches=False``: numba-cuda launches every step itself
+    instead of replaying the launch it recorded (``backends/numba_cuda.py``)."""
+
     def make(n: int):
         from rllib_gpuenv.envs import make_vector_env
 
         env = make_vector_env(env_id, n, backend=backend, device=device, **kwargs)
+        if not replay_launches:
+            env.unwrapped._backend.replay_launches = False
         env.reset(seed=0)
         pool = _action_pool(env.action_space, env.device)
         return lambda i: env.step(pool[i % POOL])
@@ -187,6 +192,13 @@ def contenders(env_id: str, with_gpu: bool, reference: str | None = None) -> lis
                     gpu,
                 )
             )
+            found.append(
+                Contender(
+                    "ours: numba-cuda (reuse, no checks), launched per step",
+                    _ours(env_id, "numba-cuda", gpu, replay_launches=False, reuse_outputs=True, validate_actions=False),
+                    gpu,
+                )
+            )
     return found
 
 
@@ -300,6 +312,7 @@ def summary(rows: list[dict]) -> str:
         ("ours: numba-cpu", reference),
         ("ours: numba-cuda", "plain torch (cuda)"),
         ("ours: numba-cuda", "ours: torch (cuda)"),
+        ("ours: numba-cuda (reuse, no checks)", "ours: numba-cuda (reuse, no checks), launched per step"),
     ]:
         for n in sizes:
             if (fast, n) in rate and (slow, n) in rate:
