@@ -32,6 +32,7 @@ from numba import cuda
 from rllib_gpuenv.backends.base import Backend
 from rllib_gpuenv.backends.compile_log import log_first_call
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
+from rllib_gpuenv.core.cuda_graphs import release_random_generator
 from rllib_gpuenv.core.jit import bind, cuda_device_functions, use_numba
 from rllib_gpuenv.core.step import BoundEnv, KernelArguments
 
@@ -259,6 +260,7 @@ class NumbaCUDABackend(Backend):
                 self._launcher()(*args)  # on the capture's stream: torch's current one in here
         except Exception as error:  # noqa: BLE001 - any failure to record means: launch every step
             self.replay_launches = False
+            release_random_generator(self.device)  # the policy's next draw on this GPU must work
             logger.warning(
                 "numba-cuda: the step's launch could not be recorded as a CUDA graph (%s: %s); every step launches",
                 type(error).__name__,

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rllib_gpuenv.core.cuda_graphs import release_random_generator
+
 logger = logging.getLogger(__name__)
 
 TensorColumns = dict[str, torch.Tensor]
@@ -157,22 +159,6 @@ class StepGraph:
                     group["capturable"] = capturable
         self.graph, self.outputs = graph, outputs
         logger.info("The update's gradient step is captured as a CUDA graph: every later minibatch replays it")
-
-
-def release_random_generator(device: torch.device) -> None:
-    """Take the device's default CUDA generator out of capture mode after a failed capture.
-
-    A capture registers the generator and puts it in capture mode; only a capture that ends well
-    takes it out (torch's ``capture_end`` raises before it gets there). Left so, every random
-    draw outside a capture on that device fails ("Offset increment outside graph capture
-    encountered unexpectedly"): the env runner's next action draw, say. A one-op capture that
-    ends well releases it."""
-    try:
-        scratch = torch.zeros((), device=device)
-        with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            scratch.add_(1)
-    except Exception as error:  # noqa: BLE001 - say what is left broken rather than fail the update
-        logger.warning("After the failed capture, random draws on %s may fail (%s: %s)", device, type(error).__name__, error)
 
 
 def signature(columns: TensorColumns, size: int) -> tuple:

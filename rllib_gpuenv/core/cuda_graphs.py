@@ -1,0 +1,30 @@
+"""What recording CUDA graphs needs beyond torch's API: a clean state after a recording fails.
+
+Two parts of the package record CUDA graphs, each falling back to launching as before where
+recording fails: the learners' gradient step (``rllib/update_graph.py``) and numba-cuda's env
+step (``backends/numba_cuda.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def release_random_generator(device: torch.device) -> None:
+    """Take the device's default CUDA generator out of capture mode after a failed capture.
+
+    A capture registers the generator and puts it in capture mode; only a capture that ends well
+    takes it out (torch's ``capture_end`` raises before it gets there). Left so, every random
+    draw outside a capture on that device fails ("Offset increment outside graph capture
+    encountered unexpectedly"): the env runner's next action draw, say. A one-op capture that
+    ends well releases it."""
+    try:
+        scratch = torch.zeros((), device=device)
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            scratch.add_(1)
+    except Exception as error:  # noqa: BLE001 - say what is left broken rather than fail the caller
+        logger.warning("After the failed capture, random draws on %s may fail (%s: %s)", device, type(error).__name__, error)
