@@ -116,7 +116,7 @@ def test_numba_cuda_replays_its_recorded_launch_and_steps_as_a_launch_per_step_d
         backend.replay_launches = replay
         generator = torch.Generator().manual_seed(3)
         seen, graphs = [], []
-        for seed, threads_per_block in ((7, 256), (7, 256), (8, 128)):
+        for seed, threads_per_block in ((7, 256), (7, 256), (8, 256), (8, 128)):
             env.reset(seed=seed)
             backend.threads_per_block = threads_per_block
             for _ in range(120):
@@ -126,7 +126,9 @@ def test_numba_cuda_replays_its_recorded_launch_and_steps_as_a_launch_per_step_d
         runs.append((torch.stack(seen), graphs, backend.replay_launches))
     (replayed, graphs, still_replaying), (launched, no_graphs, _) = runs
     assert still_replaying, "recording failed: see the warning logged by rllib_gpuenv.backends.numba_cuda"
-    assert graphs[0] is graphs[239] is not None and graphs[240] is not graphs[239] and graphs[240] is graphs[-1]
+    first, same_seed, new_seed, new_block_size = graphs[0], graphs[239], graphs[240], graphs[360]
+    assert first is same_seed is not None and new_seed is not same_seed and new_block_size is not new_seed
+    assert new_seed is graphs[359] and new_block_size is graphs[-1]
     assert all(graph is None for graph in no_graphs)
     assert torch.equal(replayed, launched)
     assert launched[:, -2048:].any()  # episodes ended (the flags' columns)
