@@ -134,6 +134,29 @@ def test_numba_cuda_replays_its_recorded_launch_and_steps_as_a_launch_per_step_d
     assert launched[:, -2048:].any()  # episodes ended (the flags' columns)
 
 
+def test_a_cuda_graph_of_the_callers_own_records_numba_cuda_steps():
+    """Inside a CUDA graph recording of the caller's (several steps, say) the numba-cuda step
+    launches rather than replay or record its own, and the caller's graph replays the steps."""
+    options = dict(backend="numba-cuda", device="cuda", reuse_outputs=True, validate_actions=False)
+    envs = [make_vector_env("GPUCartPole-v1", 1024, **options) for _ in range(2)]
+    actions = torch.ones(1024, dtype=torch.int64, device="cuda")
+    for env in envs:
+        env.reset(seed=0)
+        env.step(actions)  # compiles, records its own launch
+    before = envs[0].state.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(3):
+            envs[0].step(actions)
+    for _ in range(2):
+        graph.replay()
+    for _ in range(6):
+        envs[1].step(actions)
+    assert envs[0].unwrapped._backend.replay_launches  # no failed recording within the caller's
+    assert not torch.equal(envs[0].state, before)  # the replays stepped
+    assert torch.equal(envs[0].state, envs[1].state)
+
+
 def gpu_syncs_per_sample(file: str, rollout_length: int) -> int:
     """Host syncs torch reports during one ``sample()`` of the device runner, all on the GPU."""
     from rllib_gpuenv.experiments import load_config

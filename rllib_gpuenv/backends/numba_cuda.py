@@ -11,9 +11,11 @@ lease's host (outputs reused, no checks) for microseconds of GPU work, and numba
 packs the kernel's ~20 arguments at every launch. Only the actions change from step to step, so
 the first step, which compiles the kernel, also records its launch as a CUDA graph that reads
 the actions from a fixed buffer (``LaunchGraph``); a later step is a copy into that buffer and a
-replay. What that saves is for a GPU to measure (``bench scaling`` times both ways). It is recorded again
-when what the kernel reads moves (other buffers or constants, another block size, actions of
-another shape or dtype), and where recording fails the backend logs why and launches as before.
+replay. Where the caller records a CUDA graph of its own (a loop of steps, say), the step
+launches, and that graph records the launch. What replaying saves is for a GPU to measure
+(``bench scaling`` times both ways). The launch is recorded again when what the kernel reads
+moves (other buffers or constants, another block size, actions of another shape or dtype), and
+where recording fails the backend logs why and launches as before.
 
 With ``NUMBA_ENABLE_CUDASIM=1`` numba simulates the GPU on the CPU: the same kernel then runs
 on CPU tensors, which is how the tests check it on machines without a GPU (the simulator has no
@@ -208,12 +210,17 @@ class NumbaCUDABackend(Backend):
             self._first_launch(actions)
             if self.replay_launches:  # record now, while the first step waits anyway (a recording synchronizes)
                 self._recorded(buffers, actions)
-        elif self.replay_launches and self._recorded(buffers, actions) is not None:
+        elif self._replaying() and self._recorded(buffers, actions) is not None:
             self.launch_graph.replay(actions)
         else:
             self._launcher()(*self._arguments.fill(actions=_as_kernel_array(actions)))
         # Numba views of new tensors are slow to make, so fresh outputs are copies (on the GPU).
         return self._outputs.clone() if fresh else self._outputs
+
+    def _replaying(self) -> bool:
+        """Whether this step replays the recorded launch: not where the caller records a CUDA graph
+        of its own (a loop of steps, say), which then records the launch itself."""
+        return self.replay_launches and not torch.cuda.is_current_stream_capturing()
 
     def _launcher(self):
         """The kernel configured for this step: one thread per env, on torch's current stream."""
