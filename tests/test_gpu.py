@@ -167,6 +167,7 @@ def gpu_syncs_per_sample(file: str, rollout_length: int) -> int:
     config.env_runners(num_envs_per_env_runner=1024).device_rollouts(rollout_length=rollout_length)
     runner = DeviceEnvRunner(config=config)
     runner.sample()  # compile, allocate, start episodes
+    runner.sample()  # PPO's: the rollout recorded as a CUDA graph, so that the one measured replays it
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -185,6 +186,57 @@ def test_a_rollout_waits_for_the_gpu_per_rollout_not_per_step(file):
     enough for CartPole's episodes to end in them: an empty read-back does not wait."""
     short, long = gpu_syncs_per_sample(file, 16), gpu_syncs_per_sample(file, 64)
     assert long == short <= 4
+
+
+def recorded_and_stepped_runners(file: str, num_envs: int = 1024, rollout_length: int = 16):
+    """Two runners of ``file`` on the GPU, alike but for ``device_rollouts(cuda_graph=...)``."""
+    from rllib_gpuenv.experiments import load_config
+    from rllib_gpuenv.experiments.shipped import config_file
+    from rllib_gpuenv.rllib import DeviceEnvRunner
+
+    runners = []
+    for cuda_graph in (True, False):
+        config = load_config(config_file(file), device="cuda", seed=0).config.copy(copy_frozen=False)
+        config.env_runners(num_envs_per_env_runner=num_envs)
+        config.device_rollouts(rollout_length=rollout_length, cuda_graph=cuda_graph)
+        runners.append(DeviceEnvRunner(config=config))
+    return runners
+
+
+@pytest.mark.parametrize("file", ["gpu_cartpole_ppo.yaml", "gpu_pendulum_ppo.yaml"])
+def test_a_recorded_rollout_samples_as_the_stepped_one(file):
+    """PPO's rollout, recorded once as a CUDA graph and replayed (rllib/rollout_graph.py), fills
+    the same rows, bit for bit, as stepping from Python does: the same actions from the same
+    random numbers, episodes ending across rollouts, weights changed in place between rollouts
+    (as training does), a reset (recorded again)."""
+    recorded, stepped = recorded_and_stepped_runners(file)
+    rows, metrics = {}, {}
+    for runner in (recorded, stepped):
+        torch.manual_seed(0)
+        seen = []
+        for i in range(6):
+            rollout = runner.sample(force_reset=i == 4)
+            seen.append({k: v.clone() for k, v in vars(rollout).items() if isinstance(v, torch.Tensor)})
+            with torch.no_grad():
+                for parameter in runner.module.parameters():
+                    parameter.mul_(1.01)
+        rows[runner], metrics[runner] = seen, runner.get_metrics()
+    assert recorded._graph_failure is None and recorded._rollout_graph is not None and stepped._rollout_graph is None
+    for mine, theirs in zip(rows[recorded], rows[stepped]):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            assert torch.equal(mine[key], theirs[key]), key
+    assert rows[stepped][-1]["terminated"].any() or rows[stepped][-1]["truncated"].any()
+    assert metrics[recorded]["episode_return_mean"] == metrics[stepped]["episode_return_mean"]
+
+
+def test_a_rollout_whose_module_draws_its_actions_is_not_recorded():
+    """DQN's module draws its own actions with the step count (its epsilon schedule), a Python
+    value a recorded rollout would keep: such rollouts step from Python, without a warning."""
+    recorded, _ = recorded_and_stepped_runners("gpu_cartpole_dqn.yaml")
+    for _ in range(3):
+        recorded.sample()
+    assert recorded._module_draws and recorded._rollout_graph is None and recorded._graph_failure is None
 
 
 def test_two_env_runners_share_one_gpu():

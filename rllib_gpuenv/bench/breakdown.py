@@ -16,7 +16,9 @@ RLlib's per-step timers (env step, module inference, connector pipelines) times 
 an iteration. What the pieces do not cover is "rest of sampling" (the rollout loop, episode
 objects, metrics). Should the pieces add up to more than the sampling phase (isolated timings
 can), they are scaled down to fit it, and the table says by how much. So the parts always sum
-to the iteration, and the bar shows exactly the table's numbers.
+to the iteration, and the bar shows exactly the table's numbers. (On a GPU the device runner
+replays its rollout from a CUDA graph, ``rllib/rollout_graph.py``; its pieces, timed stepped
+from Python, are then scaled down to the replayed rollout.)
 
 "host<->device + connectors" is what the data path costs beyond computing: on the device path
 zero when runner and learner share the device, a measured copy of the batch (part of the

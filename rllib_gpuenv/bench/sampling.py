@@ -8,9 +8,11 @@ them:
 - "env step alone": the env the device runner makes, stepped with actions from a pool; the
   bound that sampling cannot beat;
 - "device runner": ``DeviceEnvRunner.sample()``, the PPO module of the shipped CartPole file;
-- "device runner, RLlib's action draw": the same, drawing actions with the distribution's own
-  ``sample()`` (``torch.multinomial``, which on a GPU reads back from it twice a step: see
-  ``rllib/action_sampling.py``);
+- "device runner, stepped from Python" (on a GPU): the same without its rollout recorded as a
+  CUDA graph and replayed (``device_rollouts(cuda_graph=False)``, ``rllib/rollout_graph.py``);
+- "device runner, RLlib's action draw": stepped from Python, drawing actions with the
+  distribution's own ``sample()`` (``torch.multinomial``, which on a GPU reads back from it twice
+  a step: see ``rllib/action_sampling.py``);
 - "stock RLlib runner (gymnasium CartPole-v1)": RLlib's ``SingleAgentEnvRunner`` on gymnasium's
   env, vectorised by gymnasium, as RLlib runs it by default (up to 4,096 envs: it is slow).
 
@@ -42,9 +44,10 @@ from rllib_gpuenv.bench.scaling import POOL, Contender, _action_pool, _ours, int
 from rllib_gpuenv.experiments.progress import format_table
 from rllib_gpuenv.jax_envs import is_jax_id, make_jax_env
 
-ENV_ALONE, DEVICE, DEVICE_RLLIB_DRAW, STOCK, GYMNAX, BRAX = (
+ENV_ALONE, DEVICE, DEVICE_STEPPED, DEVICE_RLLIB_DRAW, STOCK, GYMNAX, BRAX = (
     "env step alone",
     "device runner",
+    "device runner, stepped from Python",
     "device runner, RLlib's action draw",
     "stock RLlib runner (gymnasium CartPole-v1)",
     "gymnax's own rollout (jit + vmap + scan)",
@@ -71,11 +74,15 @@ def _config(env: str, device: str):
     return load_config(config_file(name), device=device, seed=0).config.environment(env)
 
 
-def _device_runner(device: str, rollout_length: int, rllib_draw: bool = False, env: str = CARTPOLE):
+def _device_runner(device: str, rollout_length: int, rllib_draw: bool = False, env: str = CARTPOLE, cuda_graph: bool = True):
+    """The device runner's ``sample()``; ``cuda_graph=False`` (and with RLlib's draw, which reads
+    back from the GPU): every rollout stepped from Python."""
+
     def make(n: int):
         from rllib_gpuenv.rllib import DeviceEnvRunner, action_sampling
 
-        config = _config(env, device).env_runners(num_envs_per_env_runner=n).device_rollouts(rollout_length=rollout_length)
+        config = _config(env, device).env_runners(num_envs_per_env_runner=n)
+        config.device_rollouts(rollout_length=rollout_length, cuda_graph=cuda_graph and not rllib_draw)
         runner = DeviceEnvRunner(config=config)
 
         def sample(_i):
@@ -214,9 +221,11 @@ def contenders(device: str, rollout_length: int, env: str = CARTPOLE) -> list[tu
             (own, rollout_length),
             *(mine if twin else []),
         ]
+    stepped = [(Contender(DEVICE_STEPPED, _device_runner(device, rollout_length, cuda_graph=False), device), rollout_length)]
     return [
         (Contender(ENV_ALONE, _ours("GPUCartPole-v1", "auto", device, reuse_outputs=True, validate_actions=False), device), 1),
         (Contender(DEVICE, _device_runner(device, rollout_length), device), rollout_length),
+        *(stepped if torch.device(device).type == "cuda" else []),
         (Contender(DEVICE_RLLIB_DRAW, _device_runner(device, rollout_length, rllib_draw=True), device), rollout_length),
         (Contender(STOCK, _stock_runner(rollout_length), "cpu", max_envs=4096), rollout_length),
     ]
@@ -299,13 +308,15 @@ def summary(rows: list[dict]) -> str:
             [
                 n,
                 ours / rate[(ENV_ALONE, n)] if (ENV_ALONE, n) in rate else None,
-                ours / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
+                ours / rate[(DEVICE_STEPPED, n)] if (DEVICE_STEPPED, n) in rate else None,
+                rate.get((DEVICE_STEPPED, n), ours) / rate[(DEVICE_RLLIB_DRAW, n)] if (DEVICE_RLLIB_DRAW, n) in rate else None,
                 ours / rate[(STOCK, n)] if (STOCK, n) in rate else None,
                 ours / rate[(own, n)] if (own, n) in rate else None,
                 rate[(twin, n)] / ours if (twin, n) in rate else None,
             ]
         )
-    headers = ["num_envs", "device runner / env alone", "our draw / RLlib's draw", "device runner / stock runner"]
+    headers = ["num_envs", "device runner / env alone", "recorded / stepped from Python", "our draw / RLlib's draw"]
+    headers += ["device runner / stock runner"]
     headers += [f"device runner / {OWN_ROLLOUTS[own]} rollout", "device runner on the twin / on gymnax's env"]
     present = [i for i in range(len(headers)) if i == 0 or any(row[i] is not None for row in ratios)]
     headers, ratios = [headers[i] for i in present], [[row[i] for i in present] for row in ratios]

@@ -93,6 +93,13 @@ class StepReader:
         self._return = torch.zeros(num_envs, dtype=torch.float32, device=device)
         self._length = torch.zeros(num_envs, dtype=torch.int32, device=device)
 
+    def carried(self) -> dict[str, torch.Tensor]:
+        """What the reader carries from one step to the next (``rollout_graph.py`` copies it in)."""
+        return {"prev_done": self.prev_done, "return": self._return, "length": self._length}
+
+    def set_carried(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.prev_done, self._return, self._length = tensors["prev_done"], tensors["return"], tensors["length"]
+
     def episodes_so_far(self) -> dict:
         """The running return and length of every env's episode (kept for envs without statistics),
         as host copies: with ``prev_done``, what a resumed runner needs to go on exactly."""

@@ -30,6 +30,7 @@ class DeviceRolloutsConfig:
         self.eval_env_runner_device = None  # None: where the training env runners are
         self.learner_device = None  # None: RLlib's own choice from num_gpus_per_learner
         self.rollout_length = 32
+        self.rollout_cuda_graph = True  # on a GPU, a rollout recorded once and replayed (rollout_graph.py)
         self.check_devices = False
         self.rescale_observations = False
         self.num_env_runners = 0  # one local runner on the default device
@@ -41,12 +42,15 @@ class DeviceRolloutsConfig:
         *,
         device=NotProvided,
         rollout_length=NotProvided,
+        cuda_graph=NotProvided,
         check_devices=NotProvided,
         rescale_observations=NotProvided,
         layout=NotProvided,
     ):
         """Where env runners work (``"auto"``, ``"cpu"``, ``"cuda:N"``), steps per env per
-        rollout, whether to check every env/module tensor's device (debugging), whether
+        rollout, whether a runner on a GPU records its rollout as a CUDA graph and replays it
+        (``cuda_graph``, default True: ``rollout_graph.py`` says where it applies), whether to
+        check every env/module tensor's device (debugging), whether
         the module sees observations rescaled from their space's finite bounds to [-1, 1]
         (``RescaleObservations``: for envs whose observations differ in scale, as RLlib's
         ``normalize_actions`` does for actions), and, with remote learners, where the envs are
@@ -55,6 +59,7 @@ class DeviceRolloutsConfig:
         return self._set_provided(
             env_runner_device=device,
             rollout_length=rollout_length,
+            rollout_cuda_graph=cuda_graph,
             check_devices=check_devices,
             rescale_observations=rescale_observations,
             learner_layout=layout,

@@ -43,12 +43,13 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_gpuenv.core.devices import resolve_device
-from rllib_gpuenv.envs import env_definition, make_vector_env
+from rllib_gpuenv.envs import GPUVectorEnv, env_definition, make_vector_env
 from rllib_gpuenv.jax_envs import check_jax_id, is_jax_id, make_jax_env
 from rllib_gpuenv.jax_envs.vector_env import JaxVectorEnv
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.autoreset import StepReader
 from rllib_gpuenv.rllib.rollout import Rollout
+from rllib_gpuenv.rllib.rollout_graph import RolloutGraph
 from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, RescaleObservations
 
 logger = logging.getLogger(__name__)
@@ -273,6 +274,9 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self.num_envs = env.num_envs
         self._obs = None
         self._buffers: Rollout | None = None
+        self._rollout_graph: RolloutGraph | None = None  # on a GPU: the rollout recorded (rollout_graph.py)
+        self._graph_failure: str | None = None  # why recording failed: every rollout steps from Python
+        self._module_draws = False  # the module chose the actions itself (with the step count, e.g. DQN's epsilon)
         self._actions_for_env = ActionsForEnv(
             env.single_action_space, config.normalize_actions, config.clip_actions, self._device
         )
@@ -326,6 +330,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             self.module.eval()
         out = self.module._forward_exploration(batch, t=t) if explore else self.module._forward_inference(batch)
         if Columns.ACTIONS in out:
+            self._module_draws = True
             actions = out[Columns.ACTIONS]
             return actions, out.get(Columns.ACTION_LOGP), out.get(Columns.ACTION_DIST_INPUTS)
         dist_inputs = out[Columns.ACTION_DIST_INPUTS]
@@ -340,6 +345,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         return (self.num_env_steps_sampled_lifetime // runners) * runners
 
     def _reset(self) -> None:
+        self._rollout_graph = None  # the envs' constants may change with a reset: record anew
         seed = None if self.config.seed is None else self.config.seed + (self.worker_index or 0)
         self._obs, _ = self.env.reset(seed=seed)
         self._steps.reset(self.num_envs, self._device)
@@ -380,35 +386,93 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             raise NotImplementedError("DeviceEnvRunner samples from the module; random_actions is not supported")
         if self._obs is None or force_reset:
             self._reset()
-        T = self.config.rollout_length
-        t0 = self._global_step()
-        episodes = []  # (mask, returns, lengths) per step, on the device
         with torch.no_grad():
-            for t in range(T):
-                actions, logp, dist_inputs = self._act(self._obs, explore, t0 + t * self.num_envs)
-                if self._buffers is None or self._buffers.actions.shape[1:] != actions.shape:
-                    self._buffers = self._allocate(actions, logp, dist_inputs)
-                r = self._buffers
-                r.obs[t] = self._obs
-                r.actions[t] = actions
-                r.logp[t] = 0.0 if logp is None else logp
-                if r.dist_inputs is not None:
-                    r.dist_inputs[t] = dist_inputs
-                step = self._steps.step(r.obs[t], *self.env.step(self._actions_for_env(actions)))
-                self._obs = step.obs
-                r.rewards[t], r.terminated[t], r.truncated[t], r.valid[t] = step[1:5]
-                if step.next_obs is not None:
-                    r.next_observations[t] = step.next_obs
-                if step.cut_before is not None and t:  # the step before a truncation without its final obs ends it
-                    r.truncated[t - 1] |= step.cut_before
-                if step.episodes is not None:
-                    episodes.append(step.episodes)
-            r.last_obs.copy_(self._obs)
-        ended, returns, lengths = (torch.stack(x) for x in zip(*episodes)) if episodes else (None, None, None)
+            if self._records_rollouts(explore):
+                episodes = self._recorded_rollout(explore)
+            else:
+                episodes = self._rollout_steps(self.config.rollout_length, self._global_step(), explore)
+        ended, returns, lengths = episodes if episodes is not None else (None, None, None)
         self._log_metrics(
-            T * self.num_envs, returns[ended] if episodes else torch.zeros(0), lengths[ended] if episodes else torch.zeros(0)
+            self.config.rollout_length * self.num_envs,
+            returns[ended] if episodes is not None else torch.zeros(0),
+            lengths[ended] if episodes is not None else torch.zeros(0),
         )
         return self._buffers.to("cpu") if self._rollout_travels() else self._buffers
+
+    def _rollout_steps(self, T: int, t0: int, explore: bool):
+        """Step every env ``T`` times into the rollout buffers; ``(ended, returns, lengths)`` of
+        each step, ``(T, N)`` on the device (None for an env that reports no episodes)."""
+        episodes = []  # (mask, returns, lengths) per step, on the device
+        for t in range(T):
+            actions, logp, dist_inputs = self._act(self._obs, explore, t0 + t * self.num_envs)
+            if self._buffers is None or self._buffers.actions.shape[1:] != actions.shape:
+                self._buffers = self._allocate(actions, logp, dist_inputs)
+            r = self._buffers
+            r.obs[t] = self._obs
+            r.actions[t] = actions
+            r.logp[t] = 0.0 if logp is None else logp
+            if r.dist_inputs is not None:
+                r.dist_inputs[t] = dist_inputs
+            step = self._steps.step(r.obs[t], *self.env.step(self._actions_for_env(actions)))
+            self._obs = step.obs
+            r.rewards[t], r.terminated[t], r.truncated[t], r.valid[t] = step[1:5]
+            if step.next_obs is not None:
+                r.next_observations[t] = step.next_obs
+            if step.cut_before is not None and t:  # the step before a truncation without its final obs ends it
+                r.truncated[t - 1] |= step.cut_before
+            if step.episodes is not None:
+                episodes.append(step.episodes)
+        self._buffers.last_obs.copy_(self._obs)
+        return tuple(torch.stack(x) for x in zip(*episodes)) if episodes else None
+
+    # ------------------------------------------------------------------ the rollout as a CUDA graph
+    def _records_rollouts(self, explore: bool) -> bool:
+        """Whether this rollout replays a recorded one (``rollout_graph.py``): on a GPU, for this
+        package's envs on numba-cuda, after a first rollout stepped from Python (it compiles the
+        kernel, allocates the buffers, initialises cuBLAS), where the runner draws the actions."""
+        env = self.env.unwrapped
+        return (
+            self._device.type == "cuda"
+            and getattr(self.config, "rollout_cuda_graph", True)
+            and self._graph_failure is None
+            and self._buffers is not None
+            and not self._module_draws
+            and isinstance(env, GPUVectorEnv)
+            and env.backend == "numba-cuda"
+        )
+
+    def _carried(self) -> dict[str, torch.Tensor]:
+        """What a rollout's first step reads that the last step before it wrote."""
+        return {"obs": self._obs, **self._steps.carried()}
+
+    def _set_carried(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._obs = tensors["obs"]
+        self._steps.set_carried(tensors)
+
+    def _recorded_rollout(self, explore: bool):
+        """The rollout, by replaying the recorded one (recorded first where none holds this
+        rollout length, buffers, module and exploration); stepped from Python where recording fails."""
+        T = self.config.rollout_length
+        key, owners = (T, explore), (self._buffers, self.module)
+        graph = self._rollout_graph
+        if graph is None or not graph.holds(key, owners):
+            self._rollout_graph = None
+            try:
+                graph = RolloutGraph.record(
+                    lambda: self._rollout_steps(T, self._global_step(), explore),
+                    self._carried,
+                    self._set_carried,
+                    key,
+                    owners,
+                    self._device,
+                )
+            except Exception as error:  # noqa: BLE001 - any failure to record means: step from Python
+                self._graph_failure = f"{type(error).__name__}: {error}"
+                logger.warning("The rollout could not be recorded as a CUDA graph (%s): it steps from Python", error)
+                return self._rollout_steps(T, self._global_step(), explore)
+            self._rollout_graph = graph
+            logger.info("The rollout (%d envs x %d steps) is recorded as a CUDA graph: later ones replay it", self.num_envs, T)
+        return graph.replay(self._carried, self._set_carried)
 
     def _rollout_travels(self) -> bool:
         """Whether ``sample()``'s rollout leaves this process: a remote runner's goes through Ray's
@@ -572,6 +636,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def set_rollout_state(self, saved: dict) -> None:
         """Put the envs where ``rollout_state()`` found them (same env and number of envs)."""
         self.env.unwrapped.set_state(saved["env"])
+        self._rollout_graph = None  # the envs' buffers and constants may be others now: record anew
         self._obs = saved["obs"].to(self._device)
         self._steps.resume(saved["prev_done"], saved.get("episodes_so_far"), self._device)
         self._recent_episodes.clear()
