@@ -23,14 +23,16 @@
 #             captured as CUDA graphs against the eager ones: the same weights, host syncs per
 #             update, not per step, a step that cannot be captured falling back, a learner with
 #             its own gradient postprocessing left uncaptured, numba-cuda's recorded launch
-#             replayed bit for bit as a launch per step; gymnax stepping
+#             replayed bit for bit as a launch per step, PPO's recorded rollout replayed bit for
+#             bit as the rollout stepped from Python; gymnax stepping
 #             on the GPU in memory shared with torch), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's
 #             wheels are over what a call carries beside Ray; it runs on a GPU machine of one's own;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling of the CUDA
 #             contenders from 2^10 to 2^24 envs (numba-cuda's launch replayed from a CUDA graph
 #             and launched per step among them; MinAtar Breakout, an env with a 10x10x4 array
-#             each, to 2^20), sampling with the policy at 4,096 to 2^20 envs, the time per gradient
+#             each, to 2^20), sampling with the policy at 4,096 to 2^20 envs (the recorded rollout
+#             against the rollout stepped from Python), the time per gradient
 #             step of the captured and the eager lean update against RLlib's and plain torch on the
 #             GPU (bench update), the torch step's ops counted on the GPU (bench ops), the
 #             iteration breakdown;
