@@ -387,7 +387,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         if self._obs is None or force_reset:
             self._reset()
         with torch.no_grad():
-            if self._records_rollouts(explore):
+            if self._records_rollouts():
                 episodes = self._recorded_rollout(explore)
             else:
                 episodes = self._rollout_steps(self.config.rollout_length, self._global_step(), explore)
@@ -426,7 +426,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         return tuple(torch.stack(x) for x in zip(*episodes)) if episodes else None
 
     # ------------------------------------------------------------------ the rollout as a CUDA graph
-    def _records_rollouts(self, explore: bool) -> bool:
+    def _records_rollouts(self) -> bool:
         """Whether this rollout replays a recorded one (``rollout_graph.py``): on a GPU, for this
         package's envs on numba-cuda, after a first rollout stepped from Python (it compiles the
         kernel, allocates the buffers, initialises cuBLAS), where the runner draws the actions."""
