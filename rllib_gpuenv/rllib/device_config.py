@@ -134,6 +134,8 @@ class DeviceRolloutsConfig:
         for flag in ("lean_update", "cuda_graphs"):  # the learners' update paths (rllib/lean_update.py)
             if not isinstance(getattr(self, flag, True), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+        if not isinstance(self.rollout_cuda_graph, bool):
+            raise ValueError(f"device_rollouts(cuda_graph=...) must be true or false, got {self.rollout_cuda_graph!r}")
         if self.learner_layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {self.learner_layout!r}")
         if self.learner_layout == "colocated" and self.num_env_runners > 0:

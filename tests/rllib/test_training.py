@@ -202,6 +202,7 @@ def test_checkpoint_of_a_gpu_learner_restores_on_the_cpu(tmp_path):
         (lambda c: c.training(train_batch_size_per_learner=4000), r"train_batch_size_per_learner=4000.*= 2048 env steps"),
         (lambda c: c.device_rollouts(rollout_length=0), r"rollout_length must be a positive integer"),
         (lambda c: c.update_from_dict({"cuda_graphs": "no"}), r"cuda_graphs must be true or false, got 'no'"),
+        (lambda c: c.device_rollouts(cuda_graph="no"), r"device_rollouts\(cuda_graph=...\) must be true or false, got 'no'"),
         (
             lambda c: c.env_runners(gym_env_vectorize_mode="async"),
             r"gym_env_vectorize_mode='async'.*device env runner steps its envs in its own process.*SingleAgentEnvRunner",
