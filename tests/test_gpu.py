@@ -188,9 +188,10 @@ def test_a_rollout_waits_for_the_gpu_per_rollout_not_per_step(file):
     assert long == short <= 4
 
 
-def recorded_and_stepped_runners(file: str, num_envs: int = 1024, rollout_length: int = 16, max_episode_steps: int = 40):
-    """Two runners of ``file`` on the GPU, alike but for ``device_rollouts(cuda_graph=...)``;
-    episodes cut at ``max_episode_steps``, so that they end within a few rollouts."""
+def recorded_and_stepped_runners(file: str, backend: str = "numba-cuda", num_envs: int = 1024, rollout_length: int = 16):
+    """Two runners of ``file`` on the GPU, their envs on ``backend``, alike but for
+    ``device_rollouts(cuda_graph=...)``; episodes cut at 40 steps, so that they end within a few
+    rollouts."""
     from rllib_gpuenv.experiments import load_config
     from rllib_gpuenv.experiments.shipped import config_file
     from rllib_gpuenv.rllib import DeviceEnvRunner
@@ -199,19 +200,23 @@ def recorded_and_stepped_runners(file: str, num_envs: int = 1024, rollout_length
     for cuda_graph in (True, False):
         config = load_config(config_file(file), device="cuda", seed=0).config.copy(copy_frozen=False)
         config.env_runners(num_envs_per_env_runner=num_envs)
-        config.environment(env_config={**config.env_config, "max_episode_steps": max_episode_steps})
+        config.environment(env_config={**config.env_config, "max_episode_steps": 40, "backend": backend})
         config.device_rollouts(rollout_length=rollout_length, cuda_graph=cuda_graph)
         runners.append(DeviceEnvRunner(config=config))
     return runners
 
 
-@pytest.mark.parametrize("file", ["gpu_cartpole_ppo.yaml", "gpu_pendulum_ppo.yaml"])
-def test_a_recorded_rollout_samples_as_the_stepped_one(file):
+@pytest.mark.parametrize(
+    "file, backend",
+    [("gpu_cartpole_ppo.yaml", "numba-cuda"), ("gpu_cartpole_ppo.yaml", "torch"), ("gpu_pendulum_ppo.yaml", "numba-cuda")],
+)
+def test_a_recorded_rollout_samples_as_the_stepped_one(file, backend):
     """PPO's rollout, recorded once as a CUDA graph and replayed (rllib/rollout_graph.py), fills
     the same rows, bit for bit, as stepping from Python does: the same actions from the same
     random numbers, episodes ending across rollouts, weights changed in place between rollouts
     (as training does), a reset (recorded again)."""
-    recorded, stepped = recorded_and_stepped_runners(file)
+    recorded, stepped = recorded_and_stepped_runners(file, backend)
+    assert recorded.env.unwrapped.backend == backend
     rows, metrics = {}, {}
     for runner in (recorded, stepped):
         torch.manual_seed(0)

@@ -428,8 +428,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     # ------------------------------------------------------------------ the rollout as a CUDA graph
     def _records_rollouts(self) -> bool:
         """Whether this rollout replays a recorded one (``rollout_graph.py``): on a GPU, for this
-        package's envs on numba-cuda, after a first rollout stepped from Python (it compiles the
-        kernel, allocates the buffers, initialises cuBLAS), where the runner draws the actions."""
+        package's envs, after a first rollout stepped from Python (it compiles the kernel, allocates
+        the buffers, initialises cuBLAS), where the runner draws the actions."""
         env = self.env.unwrapped
         return (
             self._device.type == "cuda"
@@ -438,7 +438,6 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             and self._buffers is not None
             and not self._module_draws
             and isinstance(env, GPUVectorEnv)
-            and env.backend == "numba-cuda"
         )
 
     def _carried(self) -> dict[str, torch.Tensor]:

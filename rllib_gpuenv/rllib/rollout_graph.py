@@ -19,8 +19,9 @@ the learners' gradient step. What a recorded rollout needs, and how ``RolloutGra
 * **No host sync and nothing that depends on Python values that change.** The device env
   runner's step reads nothing back; the step count a module may use for its exploration (DQN's
   epsilon schedule) is a Python value, so only rollouts whose actions the runner draws from the
-  module's distribution (PPO's) are recorded, and only for this package's envs on its numba-cuda
-  backend, whose step is one kernel on torch's stream (a JAX env's runs on JAX's).
+  module's distribution (PPO's) are recorded, and only for this package's envs (``GPUVectorEnv``),
+  whose step runs on torch's stream as one numba-cuda kernel or as torch ops that read nothing
+  back on a GPU (a JAX env's runs on JAX's stream, a gymnasium env's on the host).
 
 Recording executes nothing, so the rollout that records is replayed at once. Where recording
 fails the runner logs why and goes on stepping each rollout from Python.
