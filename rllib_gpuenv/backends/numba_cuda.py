@@ -34,7 +34,7 @@ from numba import cuda
 from rllib_gpuenv.backends.base import Backend
 from rllib_gpuenv.backends.compile_log import log_first_call
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs
-from rllib_gpuenv.core.cuda_graphs import release_random_generator
+from rllib_gpuenv.core.cuda_graphs import record_graph
 from rllib_gpuenv.core.jit import bind, cuda_device_functions, use_numba
 from rllib_gpuenv.core.step import BoundEnv, KernelArguments
 
@@ -257,17 +257,15 @@ class NumbaCUDABackend(Backend):
 
     def _record_launch(self, buffers: EnvBuffers, actions: torch.Tensor, key: tuple) -> LaunchGraph | None:
         """Record the step's launch as a CUDA graph (recording runs nothing); None where it fails."""
-        first = self._first_actions
-        fixed = first if first is not None and first.shape == actions.shape and first.dtype == actions.dtype else None
-        fixed = self._fixed_actions(actions) if fixed is None else fixed
+        fixed = self._first_actions
+        if fixed is None or fixed.shape != actions.shape or fixed.dtype != actions.dtype:
+            fixed = self._fixed_actions(actions)
         args = self._arguments.fill(actions=_as_kernel_array(fixed))
-        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream(self.device)
         try:
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                self._launcher()(*args)  # on the capture's stream: torch's current one in here
+            # on the recording's stream: torch's current one inside
+            graph, _ = record_graph(lambda: self._launcher()(*args), self.device)
         except Exception as error:  # noqa: BLE001 - any failure to record means: launch every step
             self.replay_launches = False
-            release_random_generator(self.device)  # the policy's next draw on this GPU must work
             logger.warning(
                 "numba-cuda: the step's launch could not be recorded as a CUDA graph (%s: %s); every step launches",
                 type(error).__name__,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rllib_gpuenv.core.cuda_graphs import release_random_generator
+from rllib_gpuenv.core.cuda_graphs import record_graph
 
 Tensors = dict[str, torch.Tensor]
 
@@ -69,13 +69,10 @@ class RolloutGraph:
         inputs = {name: tensor.clone() for name, tensor in carried().items()}
         before = carried()
         set_carried(inputs)
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, stream=torch.cuda.Stream(device), capture_error_mode="thread_local"):
-                result = steps()
+            graph, result = record_graph(steps, device)
         except Exception:
             set_carried(before)  # a recording runs nothing: the state is where it was
-            release_random_generator(device)  # the policy's next draw on this GPU must work
             raise
         outputs = carried()
         set_carried(inputs)  # for the replay that follows: the inputs hold the state before the rollout
