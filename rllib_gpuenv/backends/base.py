@@ -27,6 +27,11 @@ class Backend:
         overwritten by a later step; otherwise a backend may reuse one set of output buffers."""
         raise NotImplementedError
 
+    def load(self, buffers: EnvBuffers, constants: StepConstants, actions: torch.Tensor) -> None:
+        """Get ready to step ``buffers`` with actions like ``actions``: a backend that compiles
+        does so here, when the env is made, rather than in its first step (the env's build then
+        holds the wait, as a jit-compiled env's does, and a step that cannot compile fails early)."""
+
     def reset(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """Draw every env's initial state for its current episode counter."""
         numbers, array = self.env.initial_states(buffers.episode, constants, self._draw_constants(constants))

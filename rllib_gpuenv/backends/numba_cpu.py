@@ -14,9 +14,9 @@ Float32 envs get float32 arithmetic (``single_precision``) and fast-math (fused 
 reciprocal division, reassociation: results move by ulps); float64 envs get libm trigonometry
 and exact IEEE arithmetic, so that they match gymnasium's float64 physics to the last bits.
 
-Kernels are compiled on first use and cached on disk by numba (a kernel's name carries a digest
-of the sources and parameters it was built from, so an edit compiles afresh rather than loading
-a stale kernel).
+Kernels are compiled when the env is made (``load``), not in its first step, and cached on disk
+by numba (a kernel's name carries a digest of the sources and parameters it was built from, so
+an edit compiles afresh rather than loading a stale kernel).
 
 Threads: ``num_threads`` fixes them (a user's count always wins). By default the backend
 starts with one thread per ``ENVS_PER_THREAD`` (4096) envs, at least one, at most the CPUs this
@@ -268,7 +268,16 @@ class NumbaCPUBackend(Backend):
         self._outputs = StepOutputs.allocate(env.definition.obs_shape, num_envs, dtype, device, self.envs_first_memory)
         self._out_arrays = {name: _kernel_array(t) for name, t in self._outputs._asdict().items()}
         self._prepared_for = None  # (buffers, constants) the prepared arguments hold
-        self._compiled = False
+
+    def load(self, buffers: EnvBuffers, constants: StepConstants, actions: torch.Tensor) -> None:
+        """Compile the kernel for the arguments a step passes, or load it from numba's cache. The
+        first kernel a process loads also starts numba's CPU target (about half a second on a
+        2-core CPU), which would otherwise fall in the first step."""
+        self._prepare(buffers, constants)
+        args = self._arguments.fill(actions=actions.numpy())
+        signature = tuple(numba.typeof(arg) for arg in args)
+        what = f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})"
+        log_first_call(self._kernel, args, what, call=lambda: self._kernel.compile(signature))
 
     def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """Numpy views of the buffers and the constants, made when they change, not every step."""
@@ -287,19 +296,12 @@ class NumbaCPUBackend(Backend):
             args = self._arguments.fill(actions=actions.numpy(), **out_arrays)
         else:
             args = self._arguments.fill(actions=actions.numpy())
-        if self._compiled:
-            threads = self.num_threads if self._tuner is None else self._tuner.threads()
-            use_threads(threads)
-            start = time.perf_counter()
-            self._kernel(*args)
-            if self._tuner is not None:
-                self._tuner.record(threads, time.perf_counter() - start)
-        else:  # the first step compiles the kernel, or loads it from numba's cache: say which
-            use_threads(self.num_threads)
-            log_first_call(
-                self._kernel, args, f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})"
-            )
-            self._compiled = True
+        threads = self.num_threads if self._tuner is None else self._tuner.threads()
+        use_threads(threads)
+        start = time.perf_counter()
+        self._kernel(*args)
+        if self._tuner is not None:
+            self._tuner.record(threads, time.perf_counter() - start)
         return outputs
 
     @property

@@ -186,7 +186,16 @@ class GPUVectorEnv(VectorEnv):
         self._seed32: int | None = None
         self._constants: StepConstants | None = None
         self._last_action: torch.Tensor | None = None
+        actions_dtype = torch.int64 if isinstance(self.single_action_space, Discrete) else torch.float32
+        self._backend.load(
+            self._buffers,
+            self._step_constants(0, *d.reset_bounds(None, self.params)),
+            torch.zeros(self._batch_action_shape, dtype=actions_dtype, device=self.device),  # as ``_action_tensor`` gives them
+        )
         logger.debug("%r", self)
+
+    def _step_constants(self, seed32: int, lows, highs) -> StepConstants:
+        return StepConstants(seed32, tuple(map(float, lows)), tuple(map(float, highs)), self.max_episode_steps)
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -209,9 +218,7 @@ class GPUVectorEnv(VectorEnv):
             self._seed32 = fold_seed(int(np.random.SeedSequence().entropy) & ((1 << 64) - 1))
         else:  # unseeded reset of a seeded env: every env moves on to its next episode
             b.episode += 1
-        self._constants = StepConstants(
-            self._seed32, tuple(map(float, lows)), tuple(map(float, highs)), self.max_episode_steps
-        )
+        self._constants = self._step_constants(self._seed32, lows, highs)
         self._backend.reset(b, self._constants)
         b.steps.zero_()
         b.prev_done.zero_()

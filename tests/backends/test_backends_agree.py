@@ -155,3 +155,17 @@ def test_squares_are_gymnasiums_pow_on_the_cpu():
 def test_cartpole_class_is_the_generic_env():
     env = CartPoleVectorEnv(3)
     assert env.definition.id == "GPUCartPole-v1" and type(make_vector_env("GPUCartPole-v1", 3)) is CartPoleVectorEnv
+
+
+def test_numba_cpu_compiles_when_the_env_is_made_and_its_steps_compile_nothing():
+    """The env's build holds the kernel's compile (or its load from numba's cache), not its first step."""
+    fresh = CartPoleVectorEnv(10, backend="numba-cpu", force_mag=10.25)  # parameters of its own: a kernel of its own
+    box = make_vector_env("GPUPendulum-v1", 10, backend="numba-cpu")
+    for env in (fresh, box):
+        made = list(env._backend._kernel.overloads)
+        assert made, f"{env.definition.id}: no kernel compiled when the env was made"
+        env.reset(seed=0)
+        sample = env.action_space.sample
+        for actions in (sample(), torch.as_tensor(sample()), sample().tolist()):  # numpy, a tensor, a list
+            env.step(actions)
+        assert list(env._backend._kernel.overloads) == made, "a step compiled the kernel again, for other argument types"
