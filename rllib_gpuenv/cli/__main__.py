@@ -2,6 +2,6 @@
 
 import sys
 
-from rllib_gpuenv.cli.main import main
+from rllib_gpuenv.cli.entry import rllib_gpuenv_command
 
-sys.exit(main())
+sys.exit(rllib_gpuenv_command())

@@ -9,7 +9,7 @@ import logging
 import sys
 
 from rllib_gpuenv.bench import BENCHMARKS
-from rllib_gpuenv.cli import evaluate, train
+from rllib_gpuenv.cli import collector, evaluate, train
 from rllib_gpuenv.cli.errors import run_command
 from rllib_gpuenv.cli.quiet import quiet_start
 
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "train":  # the main job resumes the collector once its algorithm is built
+        collector.resume()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     quiet_start()
     return run_command("rllib-gpuenv", args.func, args)

@@ -25,6 +25,7 @@ import sys
 
 import yaml
 
+from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import run_command
 from rllib_gpuenv.cli.quiet import SETUP_HOOK, quiet_start
 from rllib_gpuenv.experiments.errors import ExperimentError
@@ -233,6 +234,7 @@ def train_command(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    collector.resume()  # its trials build in Tune's actors
     quiet_start()
     return run_command("rllib", args.func, args)
 

@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 
+from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
 from rllib_gpuenv.experiments.shipped import config_file
@@ -232,6 +233,7 @@ def train(
     runner_env = getattr(getattr(algo, "env_runner", None), "env", None)
     compile_s = getattr(getattr(runner_env, "unwrapped", None), "compile_s", None)  # a JAX env's, made in the build
     startup.done("building the algorithm", f"of which compiling the JAX env {compile_s:.1f} s" if compile_s else "")
+    collector.resume()  # the command paused it for the start-up (``collector.py``)
     loggers = ResultLoggers(directory, config.to_dict())
     criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
     print(

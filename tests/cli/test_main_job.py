@@ -5,6 +5,7 @@ Real Ray, RLlib, Tune's logger callbacks, TensorBoard, pip and setuptools.
 
 import contextlib
 import csv
+import gc
 import io
 import os
 import re
@@ -15,6 +16,7 @@ import sys
 
 import pytest
 
+from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.train import SETUP_SECONDS, ResultLoggers, StartupTimes, _seconds_since_process_start, train
 from tests.helpers import ROOT, tiny_main_job_file
 
@@ -122,6 +124,40 @@ def test_the_start_up_line_names_run_sh_s_setup_apart_from_the_imports(monkeypat
     assert SETUP_SECONDS not in os.environ  # not for the processes the job starts
     assert StartupTimes().parts[0][0] == "Python and imports"  # a run without a setup before it
     assert startup.summary().startswith(f"ready after {12.0 + imports[1]:.1f} s: setup (./run.sh) 12.0 s, Python and imports")
+
+
+# Prints a line whenever Python's collector starts a full pass, and at exit whether it is on.
+FULL_PASSES = (
+    "import atexit, gc\n"
+    "gc.callbacks.append(lambda phase, info: phase == 'start' and info['generation'] == 2 and print('[full pass]'))\n"
+    "atexit.register(lambda: print('[collector on]', gc.isenabled()))\n"
+)
+
+
+def test_the_command_makes_no_full_collection_from_its_start_to_its_ready_line(tmp_path):
+    """The console scripts pause the collector before the command's imports, and the main job
+    resumes it once its algorithm is built (cli/collector.py): the full passes before the ready
+    line are those of the same command asked for its help, which passes the same way up to the
+    pause (torch's import) and then only imports and parses."""
+    command = [sys.executable, "-c", FULL_PASSES + "import runpy\nrunpy.run_module('rllib_gpuenv.cli', run_name='__main__')"]
+    help = subprocess.run([*command, "train", "--help"], capture_output=True, text=True)
+    assert help.returncode == 0 and "--config-file" in help.stdout, help.stdout[-2000:] + help.stderr[-3000:]
+    tiny = tiny_main_job_file(tmp_path, iterations=1)
+    args = ["train", "--config-file", tiny, "--device", "cpu", "--storage-path", str(tmp_path / "runs")]
+    job = subprocess.run([*command, *args], capture_output=True, text=True)
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
+    start_up, ready, _ = job.stdout.partition("ready after ")
+    assert ready, job.stdout
+    assert start_up.count("[full pass]") <= help.stdout.count("[full pass]"), job.stdout  # none while it built
+    assert "[collector on] True" in job.stdout, job.stdout[-2000:]
+
+
+def test_a_run_from_a_script_or_a_test_keeps_its_collector_as_it_was():
+    """``train`` resumes the collector only where a console script paused it: called from Python,
+    it freezes nothing of the caller's."""
+    frozen = gc.get_freeze_count()
+    collector.resume()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
 
 
 def test_the_main_job_trains_with_colocated_learners(ray_local, tmp_path):
