@@ -7,8 +7,8 @@ What it shows: the Python API of the device path: ``DevicePPOConfig`` (RLlib's P
 How to run it: ``.venv/bin/python examples/train_device_ppo.py [--device cpu|cuda] [--target 475]``
 
 What to expect: one line per iteration. On a 2-core CPU, ``episode_return_mean`` (the device env
-runner's mean over the last 100 episodes) passes 475 after about 70 iterations (3.5 s) with
-seed 0; other seeds take 2.5-4.5 s (benchmarks/RESULTS.md). On a GPU the env runner and the
+runner's mean over the last 100 episodes) passes 475 after 49 iterations (about 1.5 s) with
+seed 0; seeds 0-5 took 1.4-2.8 s (benchmarks/RESULTS.md). On a GPU the env runner and the
 learner say ``cuda:0``. No Ray cluster starts: the env runner and the learner both live in this
 process (``num_env_runners=0``, no remote learners), so none is needed.
 """
@@ -39,6 +39,7 @@ config = (
         vf_loss_coeff=0.5,
         vf_clip_param=float("inf"),
         use_kl_loss=False,
+        grad_clip=1.0,
     )  # why: configs/gpu_cartpole_ppo.yaml
     .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
     .debugging(seed=0)

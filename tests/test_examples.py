@@ -1,8 +1,10 @@
 """The examples run as their docstrings say (at small sizes)."""
 
+import ast
 import os
 
 import pytest
+import yaml
 
 from tests.helpers import ROOT, run_script
 
@@ -51,3 +53,41 @@ def test_write_your_own_env():
 )
 def test_training_examples(name, args, expected):
     assert expected in example(name, *args)
+
+
+def builder_calls(path: str) -> dict[str, dict]:
+    """The keyword arguments of each config-builder call in a script (``.training(lr=4e-3)``), as
+    values; calls whose arguments are not constants (``.devices(learner=args.device)``) are left out."""
+    calls = {}
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.keywords:
+            try:
+                calls[node.func.attr] = {
+                    kw.arg: eval(compile(ast.Expression(kw.value), path, "eval"), {"float": float}) for kw in node.keywords
+                }
+            except NameError:
+                continue
+    return calls
+
+
+def test_the_device_ppo_example_trains_with_the_main_job_s_settings():
+    """The example spells out in Python what the main job's file says: the same settings, so
+    the same run (the file says why each is what it is)."""
+    from rllib_gpuenv.experiments.shipped import config_file
+    from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE
+    from rllib_gpuenv.rllib import DevicePPOConfig
+
+    calls = builder_calls(os.path.join(ROOT, "examples", "train_device_ppo.py"))
+    settings = {key: value for arguments in calls.values() for key, value in arguments.items()}
+    with open(config_file(MAIN_JOB_FILE)) as f:
+        ((_, experiment),) = yaml.safe_load(f).items()
+    defaults = DevicePPOConfig()
+    for key, value in experiment["config"].items():
+        if key == "devices":  # the example's --device
+            continue
+        if isinstance(value, dict) and key in calls:  # a section: device_rollouts: {rollout_length: 64}
+            assert calls[key] == value, key
+        else:
+            assert settings.get(key, getattr(defaults, key)) == value, key
