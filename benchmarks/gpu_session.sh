@@ -22,8 +22,9 @@
 #             a colocated learner actor stepping its envs on the GPU, the PPO and DQN updates
 #             captured as CUDA graphs against the eager ones: the same weights, host syncs per
 #             update, not per step, a step that cannot be captured falling back, a learner with
-#             its own gradient postprocessing left uncaptured, numba-cuda's recorded launch
-#             replayed bit for bit as a launch per step, PPO's recorded rollout replayed bit for
+#             its own gradient postprocessing left uncaptured, numba-cuda's kernel compiled when
+#             the env is made (no step compiles again), its recorded launch replayed bit for bit
+#             as a launch per step, PPO's recorded rollout replayed bit for
 #             bit as the rollout stepped from Python; gymnax stepping
 #             on the GPU in memory shared with torch), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's

@@ -103,6 +103,20 @@ def test_a_step_stays_on_the_gpu_without_a_host_sync(backend, env_id):
     assert all(t.device.type == "cuda" for t in (obs, reward, term, trunc, info["episode"]["r"]))
 
 
+@pytest.mark.parametrize("env_id", ["GPUCartPole-v1", "GPUPendulum-v1"])  # Discrete and Box actions
+def test_numba_cuda_compiles_when_the_env_is_made_and_its_steps_compile_nothing(env_id):
+    """The env's build holds the kernel's compile and load (backends/numba_cuda.py ``load``), for
+    the argument types its launches pass: the first step launches and records, nothing more."""
+    env = make_vector_env(env_id, 256, backend="numba-cuda", device="cuda")
+    kernel = env._backend._kernel
+    made = list(kernel.overloads)
+    assert made, "no kernel compiled when the env was made"
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(torch.as_tensor(env.action_space.sample()).to("cuda"))
+    assert list(kernel.overloads) == made, "a step compiled the kernel again, for other argument types"
+
+
 def test_numba_cuda_replays_its_recorded_launch_and_steps_as_a_launch_per_step_does():
     """The numba-cuda step replays the launch its first step recorded as a CUDA graph
     (backends/numba_cuda.py), bit for bit what launching every step gives, through autoresets;

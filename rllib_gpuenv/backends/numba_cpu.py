@@ -275,7 +275,7 @@ class NumbaCPUBackend(Backend):
         2-core CPU), which would otherwise fall in the first step."""
         self._prepare(buffers, constants)
         args = self._arguments.fill(actions=actions.numpy())
-        signature = tuple(numba.typeof(arg) for arg in args)
+        signature = tuple(self._kernel.typeof_pyval(arg) for arg in args)  # as a call types them
         what = f"numba-cpu step of {self.env.definition.id} ({str(self.dtype).replace('torch.', '')})"
         log_first_call(self._kernel, args, what, call=lambda: self._kernel.compile(signature))
 

@@ -9,13 +9,14 @@ block size (``rllib-gpuenv bench block-size`` measures the best one for a GPU).
 At small ``num_envs`` a step is host-bound: a step of 1,024 envs took 0.29 ms on the H100
 lease's host (outputs reused, no checks) for microseconds of GPU work, and numba checks and
 packs the kernel's ~20 arguments at every launch. Only the actions change from step to step, so
-the first step, which compiles the kernel, also records its launch as a CUDA graph that reads
-the actions from a fixed buffer (``LaunchGraph``); a later step is a copy into that buffer and a
-replay. Where the caller records a CUDA graph of its own (a loop of steps, say), the step
-launches, and that graph records the launch. What replaying saves is for a GPU to measure
-(``bench scaling`` times both ways). The launch is recorded again when what the kernel reads
-moves (other buffers or constants, another block size, actions of another shape or dtype), and
-where recording fails the backend logs why and launches as before.
+the first step also records its launch as a CUDA graph that reads the actions from a fixed
+buffer (``LaunchGraph``); a later step is a copy into that buffer and a replay. The kernel itself
+is compiled and loaded onto the GPU when the env is made (``load``), as numba-cpu's is. Where
+the caller records a CUDA graph of its own (a loop of steps, say), the step launches, and that
+graph records the launch. What replaying saves is for a GPU to measure (``bench scaling`` times
+both ways). The launch is recorded again when what the kernel reads moves (other buffers or
+constants, another block size, actions of another shape or dtype), and where recording fails
+the backend logs why and launches as before.
 
 With ``NUMBA_ENABLE_CUDASIM=1`` numba simulates the GPU on the CPU: the same kernel then runs
 on CPU tensors, which is how the tests check it on machines without a GPU (the simulator has no
@@ -191,9 +192,24 @@ class NumbaCUDABackend(Backend):
         self._arguments = KernelArguments(self._kernel.py_func)
         self._outputs = StepOutputs.allocate(env.definition.obs_shape, num_envs, dtype, device)
         self._prepared_for = None  # (buffers, constants) the prepared arguments hold
-        self._compiled = False
+        self._launched = False
         self._first_actions: torch.Tensor | None = None  # the first launch's actions buffer, reused by the recording
         self.launch_graph: LaunchGraph | None = None
+
+    def load(self, buffers: EnvBuffers, constants: StepConstants, actions: torch.Tensor) -> None:
+        """Compile the kernel for the arguments a launch passes (the actions in a buffer such as
+        a recorded launch reads) and load it onto the GPU: once per process and env, a few seconds
+        that the env's build holds rather than its first step. The simulator compiles nothing."""
+        if SIMULATED:
+            return
+        self._prepare(buffers, constants)
+        args = self._arguments.fill(actions=_as_kernel_array(self._actions_buffer(actions)))
+        signature = tuple(self._kernel.typeof_pyval(arg) for arg in args)  # as a launch types them
+        try:
+            what = f"numba-cuda step of {self.env.definition.id}"
+            log_first_call(self._kernel, args, what, call=lambda: self._kernel.compile(signature))
+        except Exception as err:
+            raise explain_compile_error(err, self.env.definition.id) from err
 
     def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """numba views of the buffers and outputs (slow to make: when they change, not per step)."""
@@ -206,7 +222,7 @@ class NumbaCUDABackend(Backend):
     def step(self, buffers: EnvBuffers, actions: torch.Tensor, constants: StepConstants, fresh: bool) -> StepOutputs:
         if self._prepared_for is None or self._prepared_for[0] is not buffers or self._prepared_for[1] is not constants:
             self._prepare(buffers, constants)
-        if not (self._compiled or SIMULATED):
+        if not (self._launched or SIMULATED):
             self._first_launch(actions)
             if self.replay_launches:  # record now, while the first step waits anyway (a recording synchronizes)
                 self._recorded(buffers, actions)
@@ -230,22 +246,21 @@ class NumbaCUDABackend(Backend):
         stream = cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
         return self._kernel[blocks, self.threads_per_block, stream]
 
-    def _fixed_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """A buffer for the actions that a recorded launch reads: contiguous, of their shape and dtype."""
-        return torch.empty_like(actions, memory_format=torch.contiguous_format)
+    def _actions_buffer(self, actions: torch.Tensor) -> torch.Tensor:
+        """The buffer a recorded launch reads the actions from: the first launch's where it fits
+        them (contiguous, of their shape and dtype), else a new one."""
+        fixed = self._first_actions
+        if fixed is None or fixed.shape != actions.shape or fixed.dtype != actions.dtype:
+            fixed = self._first_actions = torch.empty_like(actions, memory_format=torch.contiguous_format)
+        return fixed
 
     def _first_launch(self, actions: torch.Tensor) -> None:
-        """numba-cuda compiles on the first launch (once per process). It reads the actions from a
-        buffer such as a recorded launch reads, so that recording finds the kernel compiled for
-        those argument types and loaded (nothing may compile or load while a graph records)."""
-        self._first_actions = self._fixed_actions(actions).copy_(actions)
-        args = self._arguments.fill(actions=_as_kernel_array(self._first_actions))
-        launch = self._launcher()
-        try:
-            log_first_call(self._kernel, args, f"numba-cuda step of {self.env.definition.id}", call=lambda: launch(*args))
-        except Exception as err:
-            raise explain_compile_error(err, self.env.definition.id) from err
-        self._compiled = True
+        """The first launch reads the actions from the buffer a recording will read, so that the
+        recording finds the kernel compiled for those argument types and loaded (``load``:
+        nothing may compile or load while a graph records)."""
+        args = self._arguments.fill(actions=_as_kernel_array(self._actions_buffer(actions).copy_(actions)))
+        self._launcher()(*args)
+        self._launched = True
 
     def _recorded(self, buffers: EnvBuffers, actions: torch.Tensor) -> LaunchGraph | None:
         """The recorded launch for these buffers, constants, block size and actions (recorded
@@ -257,9 +272,7 @@ class NumbaCUDABackend(Backend):
 
     def _record_launch(self, buffers: EnvBuffers, actions: torch.Tensor, key: tuple) -> LaunchGraph | None:
         """Record the step's launch as a CUDA graph (recording runs nothing); None where it fails."""
-        fixed = self._first_actions
-        if fixed is None or fixed.shape != actions.shape or fixed.dtype != actions.dtype:
-            fixed = self._fixed_actions(actions)
+        fixed = self._actions_buffer(actions)
         args = self._arguments.fill(actions=_as_kernel_array(fixed))
         try:
             # on the recording's stream: torch's current one inside
