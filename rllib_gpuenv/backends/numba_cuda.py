@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from numba import config as numba_config
 from numba import cuda
+from numba.core.errors import NumbaError
 
 from rllib_gpuenv.backends.base import Backend
 from rllib_gpuenv.backends.compile_log import log_first_call
@@ -204,12 +205,19 @@ class NumbaCUDABackend(Backend):
             return
         self._prepare(buffers, constants)
         args = self._arguments.fill(actions=_as_kernel_array(self._actions_buffer(actions)))
-        signature = tuple(self._kernel.typeof_pyval(arg) for arg in args)  # as a launch types them
         try:
+            signature = tuple(self._kernel.typeof_pyval(arg) for arg in args)  # as a launch types them
             what = f"numba-cuda step of {self.env.definition.id}"
             log_first_call(self._kernel, args, what, call=lambda: self._kernel.compile(signature))
-        except Exception as err:
+        except NumbaError as err:  # the env's code does not compile: say so now, with the fix where known
             raise explain_compile_error(err, self.env.definition.id) from err
+        except Exception as err:  # noqa: BLE001 - anything else: the first launch compiles, as it did before ``load``
+            logger.warning(
+                "numba-cuda: %s's kernel could not be compiled when the env was made (%s: %s); its first step compiles it",
+                self.env.definition.id,
+                type(err).__name__,
+                err,
+            )
 
     def _prepare(self, buffers: EnvBuffers, constants: StepConstants) -> None:
         """numba views of the buffers and outputs (slow to make: when they change, not per step)."""
@@ -259,7 +267,10 @@ class NumbaCUDABackend(Backend):
         recording finds the kernel compiled for those argument types and loaded (``load``:
         nothing may compile or load while a graph records)."""
         args = self._arguments.fill(actions=_as_kernel_array(self._actions_buffer(actions).copy_(actions)))
-        self._launcher()(*args)
+        try:
+            self._launcher()(*args)  # compiles here only where ``load`` could not (it said why)
+        except NumbaError as err:
+            raise explain_compile_error(err, self.env.definition.id) from err
         self._launched = True
 
     def _recorded(self, buffers: EnvBuffers, actions: torch.Tensor) -> LaunchGraph | None:
