@@ -195,6 +195,7 @@ class GPUVectorEnv(VectorEnv):
         logger.debug("%r", self)
 
     def _step_constants(self, seed32: int, lows, highs) -> StepConstants:
+        """What a step reads besides the buffers; ``reset`` sets them (the constructor's are placeholders for ``load``)."""
         return StepConstants(seed32, tuple(map(float, lows)), tuple(map(float, highs)), self.max_episode_steps)
 
     # ------------------------------------------------------------------ gymnasium API
