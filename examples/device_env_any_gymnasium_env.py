@@ -7,8 +7,9 @@ raises an error naming any tensor on the wrong device.
 
 How to run it: ``.venv/bin/python examples/device_env_any_gymnasium_env.py [--env Acrobot-v1]``
 
-What to expect: Acrobot's mean return rises from about -500 towards -100 within 40 iterations
-(a few minutes on a 2-core CPU), and no DeviceMismatchError.
+What to expect: Acrobot's mean return rises from about -500 within 40 iterations (about 10 s on
+a 2-core CPU), to between -330 and -110 in four unseeded runs (2026-11-27), and no
+DeviceMismatchError.
 """
 
 import argparse
