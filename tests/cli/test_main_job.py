@@ -140,11 +140,12 @@ def test_the_command_makes_no_full_collection_from_its_start_to_its_ready_line(t
     line are those of the same command asked for its help, which passes the same way up to the
     pause (torch's import) and then only imports and parses."""
     command = [sys.executable, "-c", FULL_PASSES + "import runpy\nrunpy.run_module('rllib_gpuenv.cli', run_name='__main__')"]
-    help = subprocess.run([*command, "train", "--help"], capture_output=True, text=True)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # both runs allocate alike up to the pause
+    help = subprocess.run([*command, "train", "--help"], capture_output=True, text=True, env=env)
     assert help.returncode == 0 and "--config-file" in help.stdout, help.stdout[-2000:] + help.stderr[-3000:]
     tiny = tiny_main_job_file(tmp_path, iterations=1)
     args = ["train", "--config-file", tiny, "--device", "cpu", "--storage-path", str(tmp_path / "runs")]
-    job = subprocess.run([*command, *args], capture_output=True, text=True)
+    job = subprocess.run([*command, *args], capture_output=True, text=True, env=env)
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
     start_up, ready, _ = job.stdout.partition("ready after ")
     assert ready, job.stdout
