@@ -193,9 +193,17 @@ PPO_UPDATE_SETTINGS = (
 )
 
 
-def device_config(algo: str, env: str, device: str | None, num_envs: int, rollout_length: int, config_file: str | None = None):
+def device_config(
+    algo: str,
+    env: str,
+    device: str | None,
+    num_envs: int | None = None,
+    rollout_length: int | None = None,
+    config_file: str | None = None,
+):
     """The device path's config: ``config_file`` (default: the algorithm's shipped file) on
-    ``env``, with the breakdown's shapes and device."""
+    ``env`` and ``device``, with its own rollout shape unless ``num_envs`` or ``rollout_length``
+    replace it."""
     from rllib_gpuenv.experiments import load_config
     from rllib_gpuenv.experiments.shipped import config_file as shipped
 
@@ -209,10 +217,13 @@ def device_config(algo: str, env: str, device: str | None, num_envs: int, rollou
     experiment = load_config(config_file, device=device, seed=0)
     if experiment.config.algo_class.__name__ != algo:
         raise ValueError(f"{config_file}: runs {experiment.config.algo_class.__name__}, not {algo}")
-    config = experiment.config.environment(env).env_runners(num_envs_per_env_runner=num_envs)
-    config.device_rollouts(rollout_length=rollout_length)
+    config = experiment.config.environment(env)
+    if num_envs is not None:
+        config.env_runners(num_envs_per_env_runner=num_envs)
+    if rollout_length is not None:
+        config.device_rollouts(rollout_length=rollout_length)
     if algo == "DevicePPO":
-        config.training(minibatch_size=min(config.minibatch_size, num_envs * rollout_length))
+        config.training(minibatch_size=min(config.minibatch_size, config.num_envs_per_env_runner * config.rollout_length))
     return config
 
 
@@ -461,8 +472,8 @@ def _row(setup, runner_device, learner_device, steps, seconds, parts, scales, gp
 
 
 def run(
-    num_envs: int = 128,
-    rollout_length: int = 32,
+    num_envs: int | None = None,
+    rollout_length: int | None = None,
     iterations: int = 5,
     device: str | None = None,
     out_dir: str = "bench_results",
@@ -472,7 +483,9 @@ def run(
     config_file: str | None = None,
 ) -> list[dict]:
     """The device path's iteration in parts, and for PPO RLlib's stock runner's beside it (its
-    DQN has another training step, with RLlib's episode replay buffer: not compared here).
+    DQN has another training step, with RLlib's episode replay buffer: not compared here). The
+    rollouts have the experiment file's shape (the main job's iteration, by default) unless
+    ``num_envs`` or ``rollout_length`` replace it.
 
     The device path runs as the main job does: without Ray, unless its settings put a runner or
     a learner in an actor of their own; RLlib's stock algorithm always starts Ray."""
@@ -481,6 +494,7 @@ def run(
     from rllib_gpuenv.rllib.in_process import builds_without_ray
 
     config = device_config(algo, env, device, num_envs, rollout_length, config_file)  # a bad name fails before Ray starts
+    num_envs, rollout_length = config.num_envs_per_env_runner, config.rollout_length
     print("  device path ...", file=sys.stderr, flush=True)
     if not builds_without_ray(config):
         _start_ray()
@@ -563,8 +577,8 @@ def add_arguments(parser) -> None:
         help="the device path's experiment file (default: the algorithm's shipped one, gpu_pendulum_ppo.yaml for Pendulum "
         "PPO)",
     )
-    parser.add_argument("--num-envs", type=int, default=128)
-    parser.add_argument("--rollout-length", type=int, default=32)
+    parser.add_argument("--num-envs", type=int, help="envs per env runner (default: the experiment file's)")
+    parser.add_argument("--rollout-length", type=int, help="steps per env per rollout (default: the experiment file's)")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--device", help="device of the device path (default auto)")
 

@@ -130,17 +130,14 @@ def test_breakdown_of_device_dqn(tmp_path):
         "DeviceDQN",
         "--device-config",
         str(tiny_dqn_file(tmp_path)),
-        "--num-envs",
-        "16",
-        "--rollout-length",
-        "8",
         "--iterations",
         "2",
     )
     assert "training data: GAE (PPO), n-step + replay buffer (DQN)" in out.stdout
+    assert "(rollouts of 12 envs x 4 steps)" in out.stdout  # the file's own shape: no --num-envs, --rollout-length
     (row,) = outputs(tmp_path, "breakdown_DeviceDQN_GPUCartPole-v1")["rows"]
-    # one train() call: as many rounds of 16 envs x 8 steps as RLlib's DQN samples per iteration
-    assert row["setup"] == "ours: device path (DeviceDQN, GPUCartPole-v1)" and row["env_steps_per_iteration"] % (16 * 8) == 0
+    # one train() call: as many rounds of 12 envs x 4 steps as RLlib's DQN samples per iteration
+    assert row["setup"] == "ours: device path (DeviceDQN, GPUCartPole-v1)" and row["env_steps_per_iteration"] % (12 * 4) == 0
     assert row["ray"] is False  # as the main job: its runner and learner in this process, no Ray started
     assert row["update"] == {
         "train_batch_size_per_learner": 64,
