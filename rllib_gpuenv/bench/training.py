@@ -511,9 +511,19 @@ def summarise(runs: list[dict], target: float, task: Task = TASKS[DEFAULT_TASK])
                 "sampling_env_steps_per_s": _median(r["sampling_env_steps_per_s"] for r in mine),
                 "build_s": _median(r["build_s"] for r in mine),
                 "budget_s": max(r["budget_s"] for r in mine),
+                "time_to_target_by_seed": {r["seed"]: r["time_to_target_s"] for r in mine},  # None: missed
             }
         )
     return rows
+
+
+def seeds_won(ours: dict, other: dict) -> str:
+    """On how many of the seeds both ran the device path reached the target sooner (a miss is
+    slower than any time), e.g. ``"11/12"``: a median over few seeds can hide which way most go."""
+    mine, theirs = ours["time_to_target_by_seed"], other["time_to_target_by_seed"]
+    common = [seed for seed in mine if seed in theirs]
+    won = sum(mine[s] is not None and (theirs[s] is None or mine[s] < theirs[s]) for s in common)
+    return f"{won}/{len(common)}"
 
 
 def _run_row(contender: str, seed: int, budget_s: float, target: float, halfway: float, result: dict) -> dict:
@@ -651,10 +661,10 @@ def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TAS
                     f">= {other['budget_s'] / ours['median_time_to_target_s']:.1f}x (not reached in {other['budget_s']:g} s)"
                 )
                 steps_ratio = "-"
-            ratios.append([other["contender"], time_ratio, steps_ratio])
+            ratios.append([other["contender"], time_ratio, steps_ratio, seeds_won(ours, other)])
         text += (
             "\n\nthe others against the device path (their median / its median; above 1x: the device path needs less)\n"
-            + format_table(["vs", "time to target", "env steps to target"], ratios)
+            + format_table(["vs", "time to target", "env steps to target", "seeds the device path wins"], ratios)
         )
     return text
 

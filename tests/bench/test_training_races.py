@@ -17,7 +17,7 @@ def test_training_curves(tmp_path):
     out = bench(tmp_path, "training", "--contenders", *contenders, "--seeds", "0", "--target", "25", "--budget", "10")
     assert "time and env steps to a mean return of 25" in out.stdout and "the others against the device path" in out.stdout
     assert "median env steps to 25" in out.stdout and "lowest return after 12.5" in out.stdout
-    assert "median gradient steps to 25" in out.stdout
+    assert "median gradient steps to 25" in out.stdout and "seeds the device path wins" in out.stdout
     result = outputs(tmp_path, "training")
     assert [r["contender"] for r in result["rows"]] == contenders
     device, sb3, purejaxrl = result["meta"]["curves"]
@@ -33,6 +33,16 @@ def test_training_curves(tmp_path):
     for run in result["meta"]["curves"]:  # instability: the lowest return once half the target was reached
         half = next((i for i, p in enumerate(run["curve"]) if p[2] >= 12.5), None)
         assert run["lowest_after_half"] == (None if half is None else min(p[2] for p in run["curve"][half:]))
+
+
+def test_the_ratios_count_the_seeds_each_side_wins():
+    """Beside the medians, seed by seed: a miss is slower than any time, two misses win for neither."""
+    from rllib_gpuenv.bench.training import seeds_won
+
+    ours = {"time_to_target_by_seed": {0: 1.0, 1: 3.0, 2: None, 3: 2.0, 4: None, 5: 1.0}}
+    other = {"time_to_target_by_seed": {0: 2.0, 1: 2.0, 2: 1.0, 3: None, 4: None}}  # seed 5 not run
+    assert seeds_won(ours, other) == "2/5"
+    assert seeds_won(other, ours) == "2/5"
 
 
 def test_training_curves_pendulum_ppo(tmp_path):
