@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rllib_gpuenv import options
 from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
 
@@ -120,11 +121,13 @@ def plot_block_size(rows: list[dict], out_dir: str) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--num-envs", help="sizes (default 4096,65536,1048576,4194304)")
-    parser.add_argument("--candidates", default="32,64,128,256,512,1024", help="threads-per-block values")
-    parser.add_argument("--steps", type=int, default=200, help="steps timed per point")
+    parser.add_argument("--num-envs", type=options.sizes(), help="sizes (default 4096,65536,1048576,4194304)")
+    parser.add_argument(
+        "--candidates", type=options.sizes(), default="32,64,128,256,512,1024", help="threads-per-block values"
+    )
+    parser.add_argument("--steps", type=options.count(), default=200, help="steps timed per point")
 
 
 def run_from_args(args) -> None:
-    sizes = parse_sizes(args.num_envs or "4096,65536,1048576,4194304")
-    run(sizes, parse_sizes(args.candidates), steps=args.steps, out_dir=args.out, plot=args.plot)
+    num_envs = args.num_envs or parse_sizes("4096,65536,1048576,4194304")
+    run(num_envs, args.candidates, steps=args.steps, out_dir=args.out, plot=args.plot)

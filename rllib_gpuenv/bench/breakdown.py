@@ -37,6 +37,7 @@ import time
 
 import torch
 
+from rllib_gpuenv import options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
 
@@ -577,9 +578,11 @@ def add_arguments(parser) -> None:
         help="the device path's experiment file (default: the algorithm's shipped one, gpu_pendulum_ppo.yaml for Pendulum "
         "PPO)",
     )
-    parser.add_argument("--num-envs", type=int, help="envs per env runner (default: the experiment file's)")
-    parser.add_argument("--rollout-length", type=int, help="steps per env per rollout (default: the experiment file's)")
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--num-envs", type=options.count(), help="envs per env runner (default: the experiment file's)")
+    parser.add_argument(
+        "--rollout-length", type=options.count(), help="steps per env per rollout (default: the experiment file's)"
+    )
+    parser.add_argument("--iterations", type=options.count(), default=5, help="timed iterations (default: %(default)s)")
     parser.add_argument("--device", help="device of the device path (default auto)")
 
 

@@ -15,19 +15,15 @@ from collections.abc import Callable
 
 import torch
 
+from rllib_gpuenv.options import sizes
+
 logger = logging.getLogger(__name__)
 
 
 def parse_sizes(text: str) -> list[int]:
-    """'1,16,256' or '1..65536' (powers of 4 between the bounds)."""
-    if ".." in text:
-        low, high = (int(v) for v in text.split(".."))
-        sizes, n = [], low
-        while n <= high:
-            sizes.append(n)
-            n *= 4
-        return sizes
-    return [int(v) for v in text.split(",")]
+    """'1,16,256' or '1..65536' (powers of 4 between the bounds): a benchmark's default sizes
+    (its options parse what a user gives with ``options.sizes``, which this is)."""
+    return sizes()(text)
 
 
 def default_sizes(cpu: str, gpu: str) -> str:

@@ -30,7 +30,8 @@ import statistics
 import sys
 import time
 
-from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure
+from rllib_gpuenv import options
+from rllib_gpuenv.bench.common import pyplot, report, save_figure
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, lookup
 
 LAYOUTS = ("colocated", "separate")  # of several learners, each measured beside the local learner
@@ -271,15 +272,20 @@ def plot_learners(rows: list[dict], out_dir: str) -> str:
 
 def add_arguments(parser) -> None:
     parser.add_argument(
-        "--learners", default="2", help="learner counts beside the local learner, e.g. '2' or '1,2,4' (default: %(default)s)"
+        "--learners",
+        type=options.sizes(),
+        default="2",
+        help="learner counts beside the local learner, e.g. '2' or '1,2,4' (default: %(default)s)",
     )
     parser.add_argument(
         "--layouts",
         default=",".join(LAYOUTS),
         help="layouts beside the local learner: colocated, separate or both (default: %(default)s)",
     )
-    parser.add_argument("--seeds", default="0,1,2", help="seeds of the time-to-target runs (default: %(default)s)")
-    parser.add_argument("--iterations", type=int, default=5, help="timed iterations per setup for the throughput")
+    parser.add_argument(
+        "--seeds", type=options.sizes(0), default="0,1,2", help="seeds of the time-to-target runs (default: %(default)s)"
+    )
+    parser.add_argument("--iterations", type=options.count(), default=5, help="timed iterations per setup for the throughput")
     parser.add_argument("--target", type=float, default=475.0, help="last-100 mean return to reach (default: %(default)s)")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds of training per run before giving up")
     parser.add_argument(
@@ -294,10 +300,9 @@ def add_arguments(parser) -> None:
 
 
 def run_from_args(args) -> None:
-    seeds = parse_sizes(args.seeds) if args.seeds else []
     run(
-        parse_sizes(args.learners),
-        seeds,
+        args.learners,
+        args.seeds,
         args.iterations,
         args.target,
         args.budget,

@@ -39,6 +39,7 @@ import sys
 
 import torch
 
+from rllib_gpuenv import options
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure
 from rllib_gpuenv.bench.scaling import POOL, Contender, _action_pool, _ours, interleaved_turns
 from rllib_gpuenv.experiments.progress import format_table
@@ -336,8 +337,12 @@ def plot_sampling(rows: list[dict], out_dir: str, name: str = "sampling") -> str
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--num-envs", help="sizes (default 16,256,4096 on CPU; 256,4096,65536,1048576 on GPU)")
-    parser.add_argument("--rollout-length", type=int, default=32, help="steps per sample() call (default: %(default)s)")
+    parser.add_argument(
+        "--num-envs", type=options.sizes(), help="sizes (default 16,256,4096 on CPU; 256,4096,65536,1048576 on GPU)"
+    )
+    parser.add_argument(
+        "--rollout-length", type=options.count(), default=32, help="steps per sample() call (default: %(default)s)"
+    )
     parser.add_argument("--device", help="the device runner's device (default: the GPU if there is one)")
     parser.add_argument(
         "--env",
@@ -345,14 +350,15 @@ def add_arguments(parser) -> None:
         help="GPUCartPole-v1 (default), or a JAX env: one of gymnax's, e.g. gymnax:Breakout-MinAtar (against gymnax's "
         "own rollout, and this package's GPUBreakout-MinAtar), or Brax's, e.g. brax:ant (against Brax's own rollout)",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per size; each point is the median")
+    parser.add_argument(
+        "--rounds", type=options.count(), default=3, help="interleaved timing rounds per size; each point is the median"
+    )
     parser.add_argument("--min-seconds", type=float, default=1.0, help="time each point at least this long (over all rounds)")
 
 
 def run_from_args(args) -> None:
-    sizes = parse_sizes(args.num_envs or default_sizes(cpu="16,256,4096", gpu="256,4096,65536,1048576"))
     run(
-        sizes,
+        args.num_envs or parse_sizes(default_sizes(cpu="16,256,4096", gpu="256,4096,65536,1048576")),
         rollout_length=args.rollout_length,
         device=args.device,
         rounds=args.rounds,

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rllib_gpuenv import options
 from rllib_gpuenv.bench.common import busy_processes, default_sizes, parse_sizes, pyplot, report, save_figure, time_calls
 from rllib_gpuenv.experiments.progress import format_table
 
@@ -362,10 +363,14 @@ def plot_scaling(rows: list[dict], out_dir: str, name: str, turning: dict | None
 
 def add_arguments(parser) -> None:
     parser.add_argument(
-        "--num-envs", help="sizes: '1,256,65536' or '1..65536' (powers of 4); default 1..65536 on CPU, ..4194304 on GPU"
+        "--num-envs",
+        type=options.sizes(),
+        help="sizes: '1,256,65536' or '1..65536' (powers of 4); default 1..65536 on CPU, ..4194304 on GPU",
     )
     parser.add_argument("--min-seconds", type=float, default=0.5, help="time each point at least this long (over all rounds)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per size; each point is the median")
+    parser.add_argument(
+        "--rounds", type=options.count(), default=5, help="interleaved timing rounds per size; each point is the median"
+    )
     parser.add_argument("--only", nargs="*", help="only contenders whose name contains one of these")
     parser.add_argument(
         "--env",
@@ -376,7 +381,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--load",
-        type=int,
+        type=options.count(0),
         default=0,
         metavar="N",
         help="run N busy processes meanwhile: a machine shared with another tenant, on purpose",
@@ -390,11 +395,11 @@ def add_arguments(parser) -> None:
 
 
 def run_from_args(args) -> None:
-    sizes = parse_sizes(args.num_envs or default_sizes(cpu="1..65536", gpu="1..4194304"))
+    num_envs = args.num_envs or parse_sizes(default_sizes(cpu="1..65536", gpu="1..4194304"))
     for env_id in args.env:
         name = "scaling" if len(args.env) == 1 else f"scaling_{env_id}"
         run(
-            sizes,
+            num_envs,
             min_seconds=args.min_seconds,
             only=args.only,
             out_dir=args.out,

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rllib_gpuenv import options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure
 from rllib_gpuenv.core import ops
 from rllib_gpuenv.experiments.progress import format_table
@@ -82,8 +83,8 @@ def contenders(env_id: str, n: int, device: str) -> list[tuple[str, Callable[[],
         found.append(("plain torch", lambda: plain.step(actions), None))
     lean = {"reuse_outputs": True, "validate_actions": False}
     ours = [("ours: torch", {}), ("ours: torch (reuse, no checks)", lean)]
-    for name, options in ours + ([(GPU_WAY, lean)] if torch.device(device).type == "cpu" else []):
-        env = make_vector_env(env_id, n, backend="torch", device=device, **options)
+    for name, env_options in ours + ([(GPU_WAY, lean)] if torch.device(device).type == "cpu" else []):
+        env = make_vector_env(env_id, n, backend="torch", device=device, **env_options)
         env.reset(seed=0)
         env.action_space.seed(0)
         actions = torch.as_tensor(env.action_space.sample()).to(env.device)
@@ -175,7 +176,7 @@ def plot_ops(rows: list[dict], out_dir: str) -> str:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--env", default="GPUCartPole-v1", help="an env of the suite (default: %(default)s)")
-    parser.add_argument("--num-envs", type=int, default=65536)
+    parser.add_argument("--num-envs", type=options.count(), default=65536, help="envs stepped (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="the device the step runs on (default: %(default)s)")
 
 

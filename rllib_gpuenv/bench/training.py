@@ -52,7 +52,8 @@ import sys
 import tempfile
 import time
 
-from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, write_results
+from rllib_gpuenv import options
+from rllib_gpuenv.bench.common import pyplot, report, save_figure, write_results
 from rllib_gpuenv.experiments.progress import format_table
 
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
@@ -748,7 +749,7 @@ def add_arguments(parser) -> None:
         "device stock-runner stock-rllib stock-rllib-8envs sb3 purejaxrl; "
         "pendulum-ppo and cartpole-dqn: device stock-rllib sb3; breakout-ppo and inverted-pendulum-ppo: device random",
     )
-    parser.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
+    parser.add_argument("--seeds", type=options.sizes(0), default="0,1,2", help="seeds (default: %(default)s)")
     parser.add_argument(
         "--target", type=float, help="mean return of the last 100 episodes to reach (default: the task's, 475 or -300)"
     )
@@ -764,7 +765,7 @@ def run_from_args(args) -> None:
     try:
         run(
             args.contenders,
-            parse_sizes(args.seeds),
+            args.seeds,
             target=args.target,
             budget_s=args.budget,
             out_dir=args.out,

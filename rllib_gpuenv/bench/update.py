@@ -23,7 +23,8 @@ from functools import partial
 
 import torch
 
-from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, synchronize
+from rllib_gpuenv import options
+from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
 
 LEAN, CAPTURED, RLLIB, PLAIN = "ours: lean update", "ours: captured", "RLlib's update", "plain torch"
@@ -255,12 +256,14 @@ def plot_update(rows: list[dict], out_dir: str) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--minibatch-sizes", default="128,512,1024,4096", help="minibatch sizes (default %(default)s)")
+    parser.add_argument(
+        "--minibatch-sizes", type=options.sizes(), default="128,512,1024,4096", help="minibatch sizes (default %(default)s)"
+    )
     parser.add_argument("--algos", default="PPO,DQN", help="the updates to time (default %(default)s)")
     parser.add_argument("--device", default="cpu", help="the learner's device (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds per contender and size")
+    parser.add_argument("--rounds", type=options.count(), default=5, help="measured rounds per contender and size")
 
 
 def run_from_args(args) -> None:
     algos = [algo.upper() for algo in args.algos.split(",")]
-    run(parse_sizes(args.minibatch_sizes), algos, device=args.device, rounds=args.rounds, out_dir=args.out, plot=args.plot)
+    run(args.minibatch_sizes, algos, device=args.device, rounds=args.rounds, out_dir=args.out, plot=args.plot)

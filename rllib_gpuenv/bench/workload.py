@@ -11,6 +11,7 @@ import sys
 
 import torch
 
+from rllib_gpuenv import options
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure, time_calls
 from rllib_gpuenv.bench.scaling import _ours
 from rllib_gpuenv.experiments.progress import format_table
@@ -80,11 +81,11 @@ def plot_workload(rows: list[dict], out_dir: str) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--num-envs", help="sizes (default 256,65536 on CPU; 4096,1048576 on GPU)")
-    parser.add_argument("--substeps", default="1,4,16,64", help="substeps values")
+    parser.add_argument("--num-envs", type=options.sizes(), help="sizes (default 256,65536 on CPU; 4096,1048576 on GPU)")
+    parser.add_argument("--substeps", type=options.sizes(), default="1,4,16,64", help="substeps values")
     parser.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
 
 
 def run_from_args(args) -> None:
-    sizes = parse_sizes(args.num_envs or default_sizes(cpu="256,65536", gpu="4096,1048576"))
-    run(sizes, parse_sizes(args.substeps), min_seconds=args.min_seconds, out_dir=args.out, plot=args.plot)
+    num_envs = args.num_envs or parse_sizes(default_sizes(cpu="256,65536", gpu="4096,1048576"))
+    run(num_envs, args.substeps, min_seconds=args.min_seconds, out_dir=args.out, plot=args.plot)

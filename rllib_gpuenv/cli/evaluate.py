@@ -26,6 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rllib_gpuenv import options
+from rllib_gpuenv.rllib.checkpointing import MARKER, not_a_checkpoint
+
 logger = logging.getLogger(__name__)
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
@@ -69,16 +72,8 @@ def load_checkpoint(checkpoint: str | os.PathLike):
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     path = Path(checkpoint).expanduser().resolve()
-    if not (path / "rllib_checkpoint.json").is_file():
-        hint = ""
-        if path.is_dir():
-            found = sorted(p.parent for p in path.glob("**/rllib_checkpoint.json"))
-            hint = (
-                f"; checkpoints below it: {', '.join(map(str, found[:3]))}"
-                if found
-                else "; a Tune run keeps them in <trial>/checkpoint_NNNNNN"
-            )
-        raise EvaluationError(f"{path}: not an RLlib algorithm checkpoint (no rllib_checkpoint.json){hint}")
+    if not (path / MARKER).is_file():
+        raise EvaluationError(not_a_checkpoint(path, f"no {MARKER}"))
     saved = _load_pickle(path / "class_and_ctor_args.pkl")
     try:
         algo_class = saved["class"]
@@ -219,15 +214,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``evaluate CHECKPOINT [--episodes N] [--device D] [--video out.mp4|.gif]`` (for both commands)."""
     parser.add_argument("checkpoint", help="an RLlib algorithm checkpoint folder (e.g. the main job's .../checkpoint)")
     parser.add_argument(
-        "--episodes", type=int, default=10, help="deterministic episodes to play, all at once (default: %(default)s)"
+        "--episodes",
+        type=options.count(1),
+        default=10,
+        help="deterministic episodes to play, all at once (default: %(default)s)",
     )
     parser.add_argument(
         "--device", default="auto", help="where the policy and the envs run: auto, cpu, cuda, cuda:N (default: %(default)s)"
     )
     parser.add_argument("--video", help="record env 0's episode to this .mp4 or .gif (through the env's rgb_array render)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the envs' first reset (default: %(default)s)")
+    parser.add_argument("--seed", type=options.seed, default=0, help="seed of the envs' first reset (default: %(default)s)")
     parser.add_argument(
-        "--max-steps", type=int, default=100_000, help="give up when episodes last longer (default: %(default)s)"
+        "--max-steps", type=options.count(1), default=100_000, help="give up when episodes last longer (default: %(default)s)"
     )
     parser.set_defaults(func=_command)
 

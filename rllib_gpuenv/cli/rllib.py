@@ -25,6 +25,7 @@ import sys
 
 import yaml
 
+from rllib_gpuenv import options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import run_command
 from rllib_gpuenv.cli.quiet import SETUP_HOOK, quiet_start
@@ -116,18 +117,18 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
         "--no-stop", action="store_true", help="allow experiments without stop criteria (they run until interrupted)"
     )
     train.add_argument("--framework", help="accepted for old command lines: torch is the only framework")
-    train.add_argument("--num-samples", type=int, help="trials per experiment")
+    train.add_argument("--num-samples", type=options.count(1), help="trials per experiment")
     train.add_argument(
         "--storage-path", "--local-dir", dest="storage_path", help="where Tune writes results (default ~/ray_results)"
     )
-    train.add_argument("--checkpoint-freq", type=int, help="checkpoint every N iterations")
+    train.add_argument("--checkpoint-freq", type=options.count(0), help="checkpoint every N iterations")
     train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
     train.add_argument(
         "--ray-address",
         help="join this Ray cluster (default: the job's cluster inside `ray job submit`, else a new local one)",
     )
-    train.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance")
-    train.add_argument("--ray-num-gpus", type=int, help="GPUs of a local Ray instance")
+    train.add_argument("--ray-num-cpus", type=options.count(1), help="CPUs of a local Ray instance")
+    train.add_argument("--ray-num-gpus", type=options.count(0), help="GPUs of a local Ray instance")
     train.add_argument(
         "-v", "--verbose", action="count", default=1, help="-v: also each trial's config; -vv: also Tune's trial messages"
     )

@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 
+from rllib_gpuenv import options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
@@ -256,17 +257,14 @@ def train(
         progress.close()
         ret, elapsed = lookup(result, RETURN_METRIC, float("nan")), result.get("time_total_s", float("nan"))
         reached = ret >= target
+        done = result["training_iteration"]
+        iterations = f"{done} iteration{'' if done == 1 else 's'}"
         if interrupt.requested and not reached:
-            print(f"interrupted after {result['training_iteration']} iterations ({elapsed:.1f} s) at mean return {ret:.1f}")
+            print(f"interrupted after {iterations} ({elapsed:.1f} s) at mean return {ret:.1f}")
         elif reached:
-            print(
-                f"reached mean return {ret:.1f} >= {target:g} in {elapsed:.1f} s ({result['training_iteration']} iterations)"
-            )
+            print(f"reached mean return {ret:.1f} >= {target:g} in {elapsed:.1f} s ({iterations})")
         else:
-            print(
-                f"stopped after {result['training_iteration']} iterations ({elapsed:.1f} s) at mean return {ret:.1f}, below "
-                f"the target {target:g}"
-            )
+            print(f"stopped after {iterations} ({elapsed:.1f} s) at mean return {ret:.1f}, below the target {target:g}")
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
         failed = False
     finally:
@@ -287,11 +285,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config-file", default=str(DEFAULT_CONFIG_FILE), help="experiment YAML (default: the shipped gpu_cartpole_ppo.yaml)"
     )
     parser.add_argument("--device", help="override the device of the env runner and the learner: auto, cpu, cuda, cuda:N")
-    parser.add_argument("--seed", type=int, help="override the seed")
+    parser.add_argument("--seed", type=options.seed, help="override the seed (0 to 2**32 - 1)")
     parser.add_argument("--target", type=float, help="stop at this mean episode return (default: the file's, or 475)")
     parser.add_argument(
         "--max-iterations",
-        type=int,
+        type=options.count(1),
         help=f"stop after this many iterations (default: the file's, or {DEFAULT_MAX_ITERATIONS})",
     )
     parser.add_argument(
@@ -308,7 +306,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--num-learners",
-        type=int,
+        type=options.count(0),
         help="that many learners (Ray actors), each stepping the file's envs on its own device (a GPU each where the "
         "device is a GPU), gradients all-reduced (default: the file's, one learner in this process)",
     )

@@ -31,12 +31,36 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be read."""
 
 
+MARKER = "rllib_checkpoint.json"  # what RLlib writes at the top of an algorithm's checkpoint
+
+
+def checkpoints_below(path: Path, depth: int = 4) -> list[Path]:
+    """Algorithm checkpoints in the folders below ``path``, newest first, ``depth`` levels deep
+    at most (a results folder's run/checkpoint, a Tune trial's checkpoint_NNNNNN), not a whole
+    disk's walk."""
+    found = [p.parent for level in range(1, depth + 1) for p in path.glob("/".join(["*"] * level + [MARKER]))]
+    return sorted(found, key=lambda checkpoint: (checkpoint / MARKER).stat().st_mtime, reverse=True)
+
+
+def not_a_checkpoint(path: Path, what: str) -> str:
+    """Why ``path`` is not a checkpoint, and where there are some below it."""
+    found = checkpoints_below(path) if path.is_dir() else []
+    hint = "; a Tune run keeps them in <trial>/checkpoint_NNNNNN"
+    if found:
+        hint = f"; checkpoints below it, newest first: {', '.join(map(str, found[:3]))}"
+    return f"{path}: not an RLlib algorithm checkpoint ({what}){hint}"
+
+
 def check_checkpoint_files(path) -> None:
     """Load every state file of a checkpoint once; raise ``CheckpointError`` naming the first
-    that cannot be read (a truncated copy, a file of another format)."""
+    that cannot be read (a truncated copy, a file of another format). A folder that is not a
+    checkpoint (no ``rllib_checkpoint.json`` or ``class_and_ctor_args.pkl`` at its top) is named
+    as such first, before any file below it is unpickled."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise CheckpointError(f"{root}: no such checkpoint directory")
+    if not (root / MARKER).is_file() and not (root / "class_and_ctor_args.pkl").is_file():
+        raise CheckpointError(not_a_checkpoint(root, f"no {MARKER} or class_and_ctor_args.pkl"))
     files = sorted(root.rglob("*.pkl")) + sorted(root.rglob("*.msgpack"))
     if not files:
         raise CheckpointError(f"{root}: holds no checkpoint state files (*.pkl, *.msgpack)")

@@ -1,0 +1,64 @@
+"""Command-line value types shared by the commands (``cli/``) and the benchmarks (``bench/``).
+
+Each is an ``argparse`` ``type``: a value out of range ends the command in argparse's one line
+(``argument --max-iterations: must be at least 1, got 0``) before anything is built or started,
+where it would otherwise fail late with a traceback (a division by zero, a median of nothing) or,
+worse, run as something else (RLlib takes a negative seed as no seed at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeding take 32-bit seeds (and RLlib seeds both)
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def count(minimum: int = 1) -> Callable[[str], int]:
+    """An integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"  # what argparse names in its own messages
+    return parse
+
+
+def seed(text: str) -> int:
+    """A seed: an integer from 0 to 2**32 - 1."""
+    value = _integer(text)
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"a seed is an integer from 0 to 2**32 - 1, got {value}")
+    return value
+
+
+def sizes(minimum: int = 1) -> Callable[[str], list[int]]:
+    """A list of integers of at least ``minimum``: ``'1,16,256'``, or ``'1..65536'`` for the
+    powers of 4 from the first bound up to the second."""
+    one = count(minimum)
+
+    def parse(text: str) -> list[int]:
+        if ".." in text:
+            low, _, high = text.partition("..")
+            low, high = count(max(1, minimum))(low), _integer(high)  # powers of 4 of a positive start
+            values = []
+            while low <= high:
+                values.append(low)
+                low *= 4
+            if not values:
+                raise argparse.ArgumentTypeError(f"{text!r} is an empty range: write LOW..HIGH with LOW <= HIGH")
+            return values
+        return [one(value) for value in text.split(",")]
+
+    parse.__name__ = "list of integers"
+    return parse

@@ -1,0 +1,66 @@
+"""Option values out of range end a command in argparse's one line, before anything is built:
+counts, seeds and size lists (``rllib_gpuenv/options.py``), and a folder that is not a checkpoint."""
+
+import argparse
+import pickle
+
+import pytest
+
+from rllib_gpuenv import options
+from rllib_gpuenv.cli.main import build_parser as rllib_gpuenv_parser
+from rllib_gpuenv.cli.rllib import build_parser as rllib_parser
+from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_files
+
+
+@pytest.mark.parametrize(
+    "parser, args, message",
+    [
+        (rllib_gpuenv_parser, ["train", "--max-iterations", "0"], "argument --max-iterations: must be at least 1, got 0"),
+        (rllib_gpuenv_parser, ["train", "--num-learners", "-1"], "argument --num-learners: must be at least 0, got -1"),
+        # RLlib takes a negative seed as no seed at all: the run would be unseeded
+        (rllib_gpuenv_parser, ["train", "--seed", "-1"], "argument --seed: a seed is an integer from 0 to 2**32 - 1, got -1"),
+        (rllib_gpuenv_parser, ["train", "--seed", str(2**32)], "argument --seed: a seed is an integer from 0 to 2**32 - 1"),
+        (rllib_gpuenv_parser, ["evaluate", "ckpt", "--episodes", "0"], "argument --episodes: must be at least 1, got 0"),
+        (rllib_gpuenv_parser, ["bench", "scaling", "--num-envs", "0"], "argument --num-envs: must be at least 1, got 0"),
+        (rllib_gpuenv_parser, ["bench", "scaling", "--num-envs", "64..4"], "argument --num-envs: '64..4' is an empty range"),
+        (rllib_gpuenv_parser, ["bench", "scaling", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+        (rllib_gpuenv_parser, ["bench", "breakdown", "--iterations", "0"], "argument --iterations: must be at least 1"),
+        (rllib_gpuenv_parser, ["bench", "training", "--seeds", "0,a"], "argument --seeds: 'a' is not an integer"),
+        (rllib_gpuenv_parser, ["bench", "update", "--minibatch-sizes", "128,-5"], "--minibatch-sizes: must be at least 1"),
+        (rllib_parser, ["train", "file", "x.yaml", "--num-samples", "0"], "argument --num-samples: must be at least 1, got 0"),
+    ],
+)
+def test_an_option_out_of_range_is_one_line_before_anything_runs(parser, args, message, capsys):
+    with pytest.raises(SystemExit) as ended:
+        parser().parse_args(args)
+    assert ended.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_option_values_in_range_parse_as_before():
+    args = rllib_gpuenv_parser().parse_args(["train", "--seed", "0", "--max-iterations", "1", "--num-learners", "0"])
+    assert (args.seed, args.max_iterations, args.num_learners) == (0, 1, 0)
+    args = rllib_gpuenv_parser().parse_args(["bench", "training", "--seeds", "0,1,2"])
+    assert args.seeds == [0, 1, 2]
+    assert rllib_gpuenv_parser().parse_args(["bench", "scaling"]).num_envs is None  # the benchmark's own default
+    assert rllib_gpuenv_parser().parse_args(["bench", "workload"]).substeps == [1, 4, 16, 64]  # a string default, parsed
+    assert options.sizes()("1..64") == [1, 4, 16, 64] and options.sizes()("16") == [16]
+    assert options.seed(str(2**32 - 1)) == 2**32 - 1
+    with pytest.raises(argparse.ArgumentTypeError, match="must be at least 1, got 0"):
+        options.sizes(0)("0..64")  # powers of 4 start above 0
+
+
+def test_a_folder_that_is_not_a_checkpoint_is_named_before_any_file_in_it_is_unpickled(tmp_path):
+    """``train --resume`` and ``from_checkpoint`` check the files first; a folder that holds
+    other things (here a file that is not a pickle) is said not to be a checkpoint, and the
+    checkpoints below it are named."""
+    (tmp_path / "notes.pkl").write_bytes(b"not a pickle")
+    with pytest.raises(CheckpointError, match=r"not an RLlib algorithm checkpoint .*a Tune run keeps them in"):
+        check_checkpoint_files(tmp_path)
+    below = tmp_path / "run" / "checkpoint"
+    below.mkdir(parents=True)
+    (below / "rllib_checkpoint.json").write_text("{}")
+    (below / "state.pkl").write_bytes(pickle.dumps({}))
+    with pytest.raises(CheckpointError, match=rf"not an RLlib algorithm checkpoint .*below it, newest first: {below}"):
+        check_checkpoint_files(tmp_path)
+    check_checkpoint_files(below)  # the checkpoint itself: every file readable
