@@ -21,6 +21,7 @@ from typing import Any
 
 from rllib_gpuenv.experiments.errors import key_error
 from rllib_gpuenv.experiments.legacy import METRIC_RENAMES
+from rllib_gpuenv.options import MAX_SEED
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,8 @@ def _value_problem(key: str, value: Any) -> str | None:
             return f"must be {number} or a schedule [[timestep, value], ...] of numbers >= 0, got {value!r}"
     if key in UNIT_INTERVAL and not (_is_number(value) and 0 <= value <= 1):
         return f"must be a number in [0, 1], got {value!r}"
+    if key == "seed" and not (_is_int(value) and 0 <= value <= MAX_SEED):  # RLlib fails on it inside the trial
+        return f"must be an integer from 0 to 2**32 - 1, got {value!r}"
     return None
 
 
@@ -207,7 +210,7 @@ def validate_config(config: Any, flat_settings: dict, where: str, from_command_l
     except (ValueError, TypeError, AssertionError, KeyError) as err:
         message = one_line(err)
         key = blamed_key(message, flat_settings, config)
-        if key not in flat_settings and key != "config" and hasattr(config, key):
+        if key not in flat_settings and key not in ("config", "env") and hasattr(config, key):  # env: the experiment's
             algorithm = type(config).__name__.removesuffix("Config")
             fix = " (in the file: lr: null)" if key == "lr" and getattr(config, key) is not None else ""
             message = (

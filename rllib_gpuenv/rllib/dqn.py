@@ -243,6 +243,7 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
 
     def validate(self) -> None:
         self._validate_device_rollouts()
+        self._check_discrete_actions()
         envs = self.num_envs_per_env_runner * max(1, self.num_env_runners)
         if not self.colocated_learners and envs % max(1, self.num_learners):
             raise ValueError(
@@ -256,6 +257,24 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
             raise ValueError(f"n_step must be a positive integer for DeviceDQN, got {self.n_step!r}")
         self.rollout_fragment_length = self.rollout_length  # what RLlib's n-step check reads
         super().validate()
+
+    def _check_discrete_actions(self) -> None:
+        """DQN scores each of a finite set of actions. For an env of this package, whose action
+        space is known without building it, a continuous one is named here; RLlib would fail
+        inside its module's construction with an unrelated deprecation message."""
+        from gymnasium import spaces
+
+        from rllib_gpuenv.envs import env_definition
+
+        definition = env_definition(self.env) if isinstance(self.env, str) else None
+        if definition is None:
+            return
+        space = definition.action_space(definition.params())  # the kind of space does not depend on the parameters
+        if not isinstance(space, spaces.Discrete):
+            raise ValueError(
+                f"the env {definition.id} has {space} actions, but DeviceDQN needs Discrete ones (it takes the action "
+                f"of highest Q-value): train it with DevicePPO"
+            )
 
     @property
     def updates_per_round(self) -> int:

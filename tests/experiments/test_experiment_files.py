@@ -245,6 +245,15 @@ STOP = "stop: {training_iteration: 1}"
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, num_samples: 0}}",
             r"experiment 'x': num_samples: must be a positive integer, got 0",
         ),
+        (  # RLlib seeds numpy with it inside the trial, which fails there
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{seed: -1}}}}",
+            r"experiment 'x': seed: must be an integer from 0 to 2\*\*32 - 1, got -1",
+        ),
+        (  # RLlib would fail building its module, with an unrelated deprecation message
+            f"x: {{run: DeviceDQN, env: GPUPendulum-v1, {STOP}}}",
+            r"experiment 'x': env: the env GPUPendulum-v1 has Box\(-2.0, 2.0, \(1,\), float32\) actions, but DeviceDQN "
+            r"needs Discrete ones .*: train it with DevicePPO",
+        ),
         (
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, checkpoint_config: {{checkpoint_frequncy: 2}}}}",
             r"experiment 'x': checkpoint_config: .*checkpoint_frequncy",
