@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
 

@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, lookup
 

@@ -39,7 +39,7 @@ import sys
 
 import torch
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure
 from rllib_gpuenv.bench.scaling import POOL, Contender, _action_pool, _ours, interleaved_turns
 from rllib_gpuenv.experiments.progress import format_table

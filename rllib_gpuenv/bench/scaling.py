@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import busy_processes, default_sizes, parse_sizes, pyplot, report, save_figure, time_calls
 from rllib_gpuenv.experiments.progress import format_table
 

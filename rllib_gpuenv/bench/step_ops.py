@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure
 from rllib_gpuenv.core import ops
 from rllib_gpuenv.experiments.progress import format_table

@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, write_results
 from rllib_gpuenv.experiments.progress import format_table
 

@@ -23,7 +23,7 @@ from functools import partial
 
 import torch
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
 

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure, time_calls
 from rllib_gpuenv.bench.scaling import _ours
 from rllib_gpuenv.experiments.progress import format_table

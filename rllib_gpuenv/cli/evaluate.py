@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.rllib.checkpointing import MARKER, not_a_checkpoint
 
 logger = logging.getLogger(__name__)

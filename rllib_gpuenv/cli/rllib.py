@@ -25,7 +25,7 @@ import sys
 
 import yaml
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import run_command
 from rllib_gpuenv.cli.quiet import SETUP_HOOK, quiet_start

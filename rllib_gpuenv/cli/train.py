@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 
-from rllib_gpuenv import options
+import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
