@@ -117,3 +117,20 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
             assert trained_after == trained
     finally:
         restored.stop()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"train_batch_size_per_learner": 0}, r"train_batch_size_per_learner is DeviceDQN's minibatch .*got 0"),
+        ({"replay_buffer_config": {"capacity": 0}}, r"replay_buffer_config\['capacity'\] must be a positive integer, got 0"),
+        ({"n_step": 0}, r"n_step must be a positive integer for DeviceDQN, got 0"),
+        ({"env": "GPUPendulum-v1"}, r"the env GPUPendulum-v1 has Box\(.*\) actions, but DeviceDQN needs Discrete ones"),
+    ],
+)
+def test_a_setting_deviceDQN_cannot_train_with_fails_when_validated(change, message):
+    """Before anything is built: a minibatch of 0 would divide by zero in its first round, and RLlib
+    fails on continuous actions inside its module's construction, with an unrelated message."""
+    config = DeviceDQNConfig().environment(change.pop("env", "GPUCartPole-v1")).training(**change)
+    with pytest.raises(ValueError, match=message):
+        config.validate()
