@@ -4,6 +4,7 @@ paths and commands the README has named keep working."""
 import ast
 import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -74,3 +75,24 @@ def test_the_files_started_first_exist():
 
     missing = [name for name in LONGEST_FIRST if not os.path.isfile(os.path.join(ROOT, "tests", name))]
     assert not missing, f"tests/conftest.py's LONGEST_FIRST names files that are not there: {missing}"
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_the_readme_s_links_lead_somewhere():
+    """Its contents list and every other ``(#anchor)`` name a heading; its relative links name files."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)  # a code block's "# comment" is no heading
+    anchors = {_github_anchor(h) for h in re.findall(r"^#+ (.+)$", prose, flags=re.M)}
+    links = re.findall(r"\]\(([^)\s]+)\)", prose)
+    broken = [link for link in links if link.startswith("#") and link[1:] not in anchors]
+    broken += [
+        link
+        for link in links
+        if not link.startswith(("#", "http://", "https://")) and not os.path.exists(os.path.join(ROOT, link.split("#")[0]))
+    ]
+    assert len([link for link in links if link.startswith("#")]) >= 10  # the contents list is there
+    assert not broken, broken
