@@ -42,6 +42,32 @@ def seed(text: str) -> int:
     return value
 
 
+def device(text: str) -> str:
+    """A device this machine has: ``auto``, ``cpu`` or ``cuda[:N]`` (kept as written, so that
+    ``auto`` still means "the GPU if there is one" where it is used)."""
+    from rllib_gpuenv.core.devices import resolve_device
+
+    try:
+        resolve_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """A comma-separated list of some of ``choices`` (case-insensitive), e.g. ``'PPO,DQN'``."""
+
+    def parse(text: str) -> list[str]:
+        chosen = [name.strip().upper() for name in text.split(",")]
+        unknown = [name for name in chosen if name not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}: choose from {', '.join(choices)}")
+        return chosen
+
+    parse.__name__ = "list of names"
+    return parse
+
+
 def sizes(minimum: int = 1) -> Callable[[str], list[int]]:
     """A list of integers of at least ``minimum``: ``'1,16,256'``, or ``'1..65536'`` for the
     powers of 4 from the first bound up to the second."""

@@ -205,9 +205,12 @@ def device_config(
     """The device path's config: ``config_file`` (default: the algorithm's shipped file) on
     ``env`` and ``device``, with its own rollout shape unless ``num_envs`` or ``rollout_length``
     replace it."""
+    from rllib_gpuenv.envs import SHIPPED_DEFS, env_definition
     from rllib_gpuenv.experiments import load_config
     from rllib_gpuenv.experiments.shipped import config_file as shipped
 
+    if env_definition(env) is None:  # both setups step this package's env (the stock runner by its id)
+        raise ValueError(f"--env {env}: the breakdown times an env of this package: {', '.join(SHIPPED_DEFS)}")
     if config_file is None:
         name = DEVICE_CONFIG_FILES.get((algo, env)) or DEVICE_CONFIG_FILES.get(algo)
         if name is None:
@@ -583,7 +586,7 @@ def add_arguments(parser) -> None:
         "--rollout-length", type=options.count(), help="steps per env per rollout (default: the experiment file's)"
     )
     parser.add_argument("--iterations", type=options.count(), default=5, help="timed iterations (default: %(default)s)")
-    parser.add_argument("--device", help="device of the device path (default auto)")
+    parser.add_argument("--device", type=options.device, help="device of the device path (default auto)")
 
 
 def run_from_args(args) -> None:

@@ -343,7 +343,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--rollout-length", type=options.count(), default=32, help="steps per sample() call (default: %(default)s)"
     )
-    parser.add_argument("--device", help="the device runner's device (default: the GPU if there is one)")
+    parser.add_argument("--device", type=options.device, help="the device runner's device (default: the GPU if there is one)")
     parser.add_argument(
         "--env",
         default=CARTPOLE,

@@ -177,7 +177,9 @@ def plot_ops(rows: list[dict], out_dir: str) -> str:
 def add_arguments(parser) -> None:
     parser.add_argument("--env", default="GPUCartPole-v1", help="an env of the suite (default: %(default)s)")
     parser.add_argument("--num-envs", type=options.count(), default=65536, help="envs stepped (default: %(default)s)")
-    parser.add_argument("--device", default="cpu", help="the device the step runs on (default: %(default)s)")
+    parser.add_argument(
+        "--device", type=options.device, default="cpu", help="the device the step runs on (default: %(default)s)"
+    )
 
 
 def run_from_args(args) -> None:

@@ -259,11 +259,12 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--minibatch-sizes", type=options.sizes(), default="128,512,1024,4096", help="minibatch sizes (default %(default)s)"
     )
-    parser.add_argument("--algos", default="PPO,DQN", help="the updates to time (default %(default)s)")
-    parser.add_argument("--device", default="cpu", help="the learner's device (default %(default)s)")
+    parser.add_argument(
+        "--algos", type=options.names(("PPO", "DQN")), default="PPO,DQN", help="the updates to time (default %(default)s)"
+    )
+    parser.add_argument("--device", type=options.device, default="cpu", help="the learner's device (default %(default)s)")
     parser.add_argument("--rounds", type=options.count(), default=5, help="measured rounds per contender and size")
 
 
 def run_from_args(args) -> None:
-    algos = [algo.upper() for algo in args.algos.split(",")]
-    run(args.minibatch_sizes, algos, device=args.device, rounds=args.rounds, out_dir=args.out, plot=args.plot)
+    run(args.minibatch_sizes, args.algos, device=args.device, rounds=args.rounds, out_dir=args.out, plot=args.plot)

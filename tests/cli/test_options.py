@@ -5,6 +5,7 @@ import argparse
 import pickle
 
 import pytest
+import torch
 
 from rllib_gpuenv import options
 from rllib_gpuenv.cli.main import build_parser as rllib_gpuenv_parser
@@ -28,6 +29,18 @@ from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_f
         (rllib_gpuenv_parser, ["bench", "training", "--seeds", "0,a"], "argument --seeds: 'a' is not an integer"),
         (rllib_gpuenv_parser, ["bench", "update", "--minibatch-sizes", "128,-5"], "--minibatch-sizes: must be at least 1"),
         (rllib_parser, ["train", "file", "x.yaml", "--num-samples", "0"], "argument --num-samples: must be at least 1, got 0"),
+        (rllib_gpuenv_parser, ["bench", "sampling", "--device", "tpu"], "argument --device: unknown device 'tpu'"),
+        (
+            rllib_gpuenv_parser,
+            ["bench", "update", "--algos", "PPO,SAC"],
+            "argument --algos: unknown SAC: choose from PPO, DQN",
+        ),
+        pytest.param(
+            rllib_gpuenv_parser,
+            ["bench", "ops", "--device", "cuda"],
+            "argument --device: device 'cuda' asked for, but this machine has no CUDA GPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU"),
+        ),
     ],
 )
 def test_an_option_out_of_range_is_one_line_before_anything_runs(parser, args, message, capsys):
@@ -64,3 +77,9 @@ def test_a_folder_that_is_not_a_checkpoint_is_named_before_any_file_in_it_is_unp
     with pytest.raises(CheckpointError, match=rf"not an RLlib algorithm checkpoint .*below it, newest first: {below}"):
         check_checkpoint_files(tmp_path)
     check_checkpoint_files(below)  # the checkpoint itself: every file readable
+
+
+def test_the_breakdown_names_the_envs_it_times_before_it_builds_anything():
+    args = rllib_gpuenv_parser().parse_args(["bench", "breakdown", "--env", "NoEnv-v0"])
+    with pytest.raises(SystemExit, match=r"--env NoEnv-v0: the breakdown times an env of this package: GPUCartPole-v1, "):
+        args.func(args)
