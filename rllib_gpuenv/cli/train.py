@@ -199,6 +199,13 @@ def train(
 
     experiment = load_config(config_file, device=device, seed=seed)
     name, config = experiment.name, experiment.config
+    if experiment.resource_search is not None:
+        logger.warning(
+            "%s: its resource_search section is a Tune search, which `rllib train file %s` runs; this job trains the "
+            "experiment's own settings once",
+            config_file,
+            config_file,
+        )
     if num_learners:
         from rllib_gpuenv.core.devices import resolve_device
 
@@ -259,12 +266,13 @@ def train(
         reached = ret >= target
         done = result["training_iteration"]
         iterations = f"{done} iteration{'' if done == 1 else 's'}"
+        at = f"at mean return {ret:.1f}" if ret == ret else "before any episode ended"  # NaN: no return yet
         if interrupt.requested and not reached:
-            print(f"interrupted after {iterations} ({elapsed:.1f} s) at mean return {ret:.1f}")
+            print(f"interrupted after {iterations} ({elapsed:.1f} s) {at}")
         elif reached:
             print(f"reached mean return {ret:.1f} >= {target:g} in {elapsed:.1f} s ({iterations})")
         else:
-            print(f"stopped after {iterations} ({elapsed:.1f} s) at mean return {ret:.1f}, below the target {target:g}")
+            print(f"stopped after {iterations} ({elapsed:.1f} s) {at}, below the target {target:g}")
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
         failed = False
     finally:

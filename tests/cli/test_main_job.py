@@ -253,3 +253,20 @@ def test_the_main_job_runs_from_a_built_wheel_outside_the_repository(tmp_path):
     assert job.stdout.rstrip().splitlines()[-2].startswith("checkpoint saved to "), job.stdout
     (run_dir,) = (elsewhere / "runs").iterdir()
     assert (run_dir / "progress.csv").is_file() and (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()
+
+
+def test_a_run_that_ends_before_any_episode_says_so_and_a_resource_search_is_named(tmp_path, caplog):
+    """One iteration of 16 envs x 4 steps ends no CartPole episode: the summary says so (not
+    "mean return nan"), in the singular. A file with a Tune resource search trains its own
+    settings once here, and the job says which command runs the search."""
+    path = tiny_main_job_file(tmp_path, rollout_length=4, iterations=1)
+    with open(path, "a") as f:
+        f.write("  resource_search: {num_envs_per_env_runner: [16, 32]}\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), caplog.at_level("WARNING", logger="rllib_gpuenv.cli.train"):
+        train(path, device="cpu", storage_path=str(tmp_path / "results"), progress_bar=False)
+    assert (
+        "stopped after 1 iteration (" in out.getvalue()
+        and "s) before any episode ended, below the target 475" in out.getvalue()
+    )
+    assert f"its resource_search section is a Tune search, which `rllib train file {path}` runs" in caplog.text
