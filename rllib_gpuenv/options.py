@@ -68,12 +68,14 @@ def names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
-def sizes(minimum: int = 1) -> Callable[[str], list[int]]:
+def sizes(minimum: int = 1, allow_empty: bool = False) -> Callable[[str], list[int]]:
     """A list of integers of at least ``minimum``: ``'1,16,256'``, or ``'1..65536'`` for the
-    powers of 4 from the first bound up to the second."""
+    powers of 4 from the first bound up to the second (``''``: none, where ``allow_empty``)."""
     one = count(minimum)
 
     def parse(text: str) -> list[int]:
+        if allow_empty and not text.strip():
+            return []
         if ".." in text:
             low, _, high = text.partition("..")
             low, high = count(max(1, minimum))(low), _integer(high)  # powers of 4 of a positive start

@@ -283,7 +283,10 @@ def add_arguments(parser) -> None:
         help="layouts beside the local learner: colocated, separate or both (default: %(default)s)",
     )
     parser.add_argument(
-        "--seeds", type=options.sizes(0), default="0,1,2", help="seeds of the time-to-target runs (default: %(default)s)"
+        "--seeds",
+        type=options.sizes(0, allow_empty=True),
+        default="0,1,2",
+        help="seeds of the time-to-target runs ('' for none: throughput only; default: %(default)s)",
     )
     parser.add_argument("--iterations", type=options.count(), default=5, help="timed iterations per setup for the throughput")
     parser.add_argument("--target", type=float, default=475.0, help="last-100 mean return to reach (default: %(default)s)")

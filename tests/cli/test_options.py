@@ -55,6 +55,7 @@ def test_option_values_in_range_parse_as_before():
     assert (args.seed, args.max_iterations, args.num_learners) == (0, 1, 0)
     args = rllib_gpuenv_parser().parse_args(["bench", "training", "--seeds", "0,1,2"])
     assert args.seeds == [0, 1, 2]
+    assert rllib_gpuenv_parser().parse_args(["bench", "learners", "--seeds", ""]).seeds == []  # throughput only
     assert rllib_gpuenv_parser().parse_args(["bench", "scaling"]).num_envs is None  # the benchmark's own default
     assert rllib_gpuenv_parser().parse_args(["bench", "workload"]).substeps == [1, 4, 16, 64]  # a string default, parsed
     assert options.sizes()("1..64") == [1, 4, 16, 64] and options.sizes()("16") == [16]
