@@ -66,7 +66,7 @@ def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
         job.kill()
     assert job.returncode == 0 and "Traceback" not in err, err[-3000:]
     assert "stopping after this iteration and saving a checkpoint (Ctrl-C again to quit at once)" in err
-    stopped_at = int(re.search(r"interrupted after (\d+) iterations", out).group(1))
+    stopped_at = int(re.search(r"interrupted after (\d+) iterations? ", out).group(1))  # "1 iteration"
     checkpoint = re.search(r"checkpoint saved to (\S+)", out).group(1)
     assert f"go on from it with: rllib-gpuenv train --resume {checkpoint}" in out
 
