@@ -255,10 +255,8 @@ class DeviceDQNConfig(DeviceRolloutsConfig, DQNConfig):
             raise ValueError(f"replay_buffer_config['capacity'] must be a positive integer, got {capacity!r}")
         if isinstance(self.n_step, (tuple, list)) or self.n_step < 1:
             raise ValueError(f"n_step must be a positive integer for DeviceDQN, got {self.n_step!r}")
-        minibatch = self.train_batch_size_per_learner
-        if (
-            isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch < 1
-        ):  # RLlib's "auto" has no meaning here
+        minibatch = self.train_batch_size_per_learner  # RLlib's "auto" has no meaning here
+        if isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch < 1:
             raise ValueError(
                 f"train_batch_size_per_learner is DeviceDQN's minibatch (transitions per gradient step): a positive integer, "
                 f"got {minibatch!r}"
