@@ -28,6 +28,7 @@ import collections
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 SETTINGS = dict(
@@ -54,10 +55,26 @@ def check_installed() -> None:
     for name in ("jax", "gymnax", "flax", "optax"):
         if importlib.util.find_spec(name) is None:
             raise ModuleNotFoundError(
-                f"PureJaxRL's PPO needs jax, gymnax, flax and optax, and {name} is not installed: "
+                f"PureJaxRL's PPO and DQN need jax, gymnax, flax and optax, and {name} is not installed: "
                 'pip install "rllib_gpuenv[bench]"',
                 name=name,
             )
+
+
+class Program(NamedTuple):
+    """A compiled training program as ``curve`` runs it: ``run(state) -> (state, (done,
+    finished_return))`` trains for ``env_steps_per_call`` env steps (the flags and returns in
+    the order the episodes ended, envs last), ``sample(state) -> state`` steps the policy and
+    the envs for ``sample_env_steps`` without learning, ``gradient_steps(state, call)`` counts
+    the gradient steps taken after ``call`` calls."""
+
+    state: object
+    run: Callable
+    sample: Callable
+    env_steps_per_call: int
+    calls: int  # the run's length: its settings' total env steps
+    sample_env_steps: int
+    gradient_steps: Callable
 
 
 class Rollout(NamedTuple):
@@ -70,10 +87,9 @@ class Rollout(NamedTuple):
     finished_return: object  # an ended episode's return where ``done``, else 0
 
 
-def make_program(seed: int, settings: dict = SETTINGS):
-    """``(state, run, sample)``: the initial training state; ``run(state) -> (state, (done,
-    returns))``, ``UPDATES_PER_CALL`` PPO updates compiled as one XLA program; ``sample(state) ->
-    state``, one rollout of the policy without an update."""
+def make_program(seed: int, settings: dict = SETTINGS) -> Program:
+    """The initial training state; ``run``, ``UPDATES_PER_CALL`` PPO updates compiled as one
+    XLA program; ``sample``, one rollout of the policy without an update."""
     import flax.linen as nn
     import gymnax
     import jax
@@ -190,32 +206,41 @@ def make_program(seed: int, settings: dict = SETTINGS):
         params = network.init(init_key, jnp.zeros(env.observation_space(env_params).shape))
         return params, optimizer.init(params), env_state, obs, jnp.zeros(s["num_envs"]), key
 
-    # jitted as well: op by op, JAX would compile each of the initialisation's ops on its own
-    return jax.jit(initial_state)(jax.random.PRNGKey(seed)), jax.jit(run), jax.jit(sample)
+    env_steps_per_call = UPDATES_PER_CALL * batch_size
+    gradient_steps_per_call = UPDATES_PER_CALL * gradient_steps_per_update
+    return Program(
+        # jitted as well: op by op, JAX would compile each of the initialisation's ops on its own
+        state=jax.jit(initial_state)(jax.random.PRNGKey(seed)),
+        run=jax.jit(run),
+        sample=jax.jit(sample),
+        env_steps_per_call=env_steps_per_call,
+        calls=s["total_timesteps"] // env_steps_per_call,
+        sample_env_steps=batch_size,
+        gradient_steps=lambda state, call: call * gradient_steps_per_call,
+    )
 
 
-def curve(seed: int, target: float, budget_s: float, last_episodes: int = 100, settings: dict = SETTINGS) -> dict:
-    """One run: ``(seconds, env steps, mean return of the last episodes, gradient steps)`` after
-    each call, until the target, the budget or PureJaxRL's 500k env steps; the compile apart.
-    Sampling alone (the policy and the envs, one rollout per call) is timed after training."""
+def curve(seed: int, target: float, budget_s: float, last_episodes: int = 100, program: Callable = make_program) -> dict:
+    """One run of ``program(seed)`` (PPO's by default): ``(seconds, env steps, mean return of the
+    last episodes, gradient steps)`` after each call, until the target, the budget or the
+    settings' total env steps (PureJaxRL's 500k); the compile apart. Sampling alone (the policy
+    and the envs, no learning) is timed after training."""
     import jax
     import numpy as np
 
     start = time.perf_counter()
-    state, run, sample = make_program(seed, settings)
-    run = run.lower(state).compile()  # before the clock starts
+    made = program(seed)
+    state, run, sample = made.state, made.run.lower(made.state).compile(), made.sample  # compiled before the clock starts
     build_s = time.perf_counter() - start
-    env_steps_per_call = UPDATES_PER_CALL * settings["num_envs"] * settings["num_steps"]
-    gradient_steps_per_call = UPDATES_PER_CALL * settings["update_epochs"] * settings["num_minibatches"]
-    calls = settings["total_timesteps"] // env_steps_per_call
     recent: collections.deque = collections.deque(maxlen=last_episodes)
     points, start = [], time.perf_counter()
-    for call in range(1, calls + 1):
+    for call in range(1, made.calls + 1):
         state, (done, finished) = run(state)
-        done, finished = jax.device_get((done, finished))  # (updates, steps, envs): in the order they ended
+        done, finished = jax.device_get((done, finished))  # (..., steps, envs): in the order they ended
         recent.extend(np.asarray(finished)[np.asarray(done)].tolist())
         mean = statistics.fmean(recent) if recent else math.nan
-        points.append((time.perf_counter() - start, call * env_steps_per_call, mean, call * gradient_steps_per_call))
+        steps = int(made.gradient_steps(state, call))
+        points.append((time.perf_counter() - start, call * made.env_steps_per_call, mean, steps))
         if mean >= target or points[-1][0] >= budget_s:
             break
     state = jax.block_until_ready(sample(state))  # compiled
@@ -223,7 +248,7 @@ def curve(seed: int, target: float, budget_s: float, last_episodes: int = 100, s
     for _ in range(rollouts):
         state = sample(state)
     jax.block_until_ready(state)
-    sampling = rollouts * settings["num_envs"] * settings["num_steps"] / (time.perf_counter() - start)
+    sampling = rollouts * made.sample_env_steps / (time.perf_counter() - start)
     device = jax.devices()[0]
     return {
         "curve": points,

@@ -18,7 +18,8 @@ Tasks (``--task``):
   names another file); ``stock-rllib``: stock RLlib DQN on gymnasium's CartPole-v1
   (``configs/cartpole_dqn_stock_rllib.yaml``, RLlib's example); ``sb3``: SB3 DQN with RL-Zoo's
   CartPole-v1 hyperparameters. RL-Zoo's 50k steps cannot hold a last-100 mean of 475, so SB3
-  trains on past them (schedules where they ended) until the target or the budget.
+  trains on past them (schedules where they ended) until the target or the budget;
+  ``purejaxrl``: PureJaxRL's DQN, one XLA program, on gymnax's CartPole-v1 (``purejaxrl_dqn.py``).
 * ``breakout-ppo``: PPO on MinAtar Breakout (gymnax's ``Breakout-MinAtar``, 10×10×4 images),
   target 30. ``device``: DevicePPO with RLlib's CNN encoder (``configs/gymnax_breakout_ppo.yaml``,
   gymnax's JAX env on the runner's device); ``random``: a random policy on the same envs, the
@@ -173,6 +174,7 @@ TASKS = {
                 "device": "ours: device path (DeviceDQN)",
                 "stock-rllib": "stock RLlib DQN on gymnasium CartPole",
                 "sb3": "Stable-Baselines3 DQN (RL-Zoo)",
+                "purejaxrl": "PureJaxRL DQN (JAX, gymnax)",
             },
             config_files={"device": "gpu_cartpole_dqn.yaml", "stock-rllib": "cartpole_dqn_stock_rllib.yaml"},
             sb3=SB3Setup(
@@ -421,9 +423,10 @@ def run_one(
     if contender == "random":
         return _random_curve(task, seed, target, budget_s)
     if contender == "purejaxrl":
-        from rllib_gpuenv.bench import purejaxrl
+        from rllib_gpuenv.bench import purejaxrl, purejaxrl_dqn
 
-        return purejaxrl.curve(seed, target, budget_s, LAST_EPISODES)
+        program = purejaxrl_dqn.make_program if task.name == "cartpole-dqn" else purejaxrl.make_program
+        return purejaxrl.curve(seed, target, budget_s, LAST_EPISODES, program=program)
     return _rllib_curve(task, contender, seed, target, budget_s, overrides or {}, device_config)
 
 

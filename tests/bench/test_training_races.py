@@ -73,9 +73,9 @@ def test_training_curves_pendulum_ppo(tmp_path):
 
 
 def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp_path):
-    """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml). Stock RLlib's
-    runs take the path test_training_curves covers (its DQN file loads in test_experiment_files); SB3's DQN runs in
-    test_sb3_goes_on_past_rl_zoos_steps_until_the_target."""
+    """DQN: ours with the settings of the file named (by default the shipped gpu_cartpole_dqn.yaml), and PureJaxRL's
+    DQN. Stock RLlib's runs take the path test_training_curves covers (its DQN file loads in test_experiment_files);
+    SB3's DQN runs in test_sb3_goes_on_past_rl_zoos_steps_until_the_target."""
     settings = tiny_dqn_file(tmp_path)
     out_dir = tmp_path / "out"
     out = bench(
@@ -85,6 +85,7 @@ def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp
         "cartpole-dqn",
         "--contenders",
         "device",
+        "purejaxrl",
         "--seeds",
         "0",
         "--target",
@@ -96,11 +97,15 @@ def test_training_curves_cartpole_dqn_reads_the_device_settings_when_it_runs(tmp
     )
     assert "cartpole-dqn: time and env steps to a mean return of 25" in out.stdout
     result = outputs(out_dir, "training_cartpole-dqn")
-    assert [r["contender"] for r in result["rows"]] == ["device"]
+    assert [r["contender"] for r in result["rows"]] == ["device", "purejaxrl"]
     assert all(run["curve"] and run["sampling_env_steps_per_s"] > 0 for run in result["meta"]["curves"])
-    device = next(run for run in result["meta"]["curves"] if run["contender"] == "device")
+    device, purejaxrl = result["meta"]["curves"]
     assert device["config_file"] == str(settings)
     assert all(p[1] % 48 == 0 for p in device["curve"])  # rounds of the file's 12 envs x 4 steps
+    # PureJaxRL's file: 10 envs, read back every 2,000 env steps; a gradient step every 10 env steps past the first 10k
+    assert [p[1] for p in purejaxrl["curve"]] == [2000 * (i + 1) for i in range(len(purejaxrl["curve"]))]
+    assert [p[3] for p in purejaxrl["curve"]] == [max(0, (p[1] - 10_000) // 10) for p in purejaxrl["curve"]]
+    assert purejaxrl["jax_device"].startswith("cpu")
 
 
 def test_sb3_goes_on_past_rl_zoos_steps_until_the_target(tmp_path, monkeypatch):
