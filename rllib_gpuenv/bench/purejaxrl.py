@@ -77,6 +77,22 @@ class Program(NamedTuple):
     gradient_steps: Callable
 
 
+def jit_program(seed: int, initial_state, run, sample, env_steps_per_call: int, total_timesteps: int, **counts) -> Program:
+    """``Program`` from a program's pure functions, each jitted (the initialisation too: op by op,
+    JAX would compile each of its ops on its own); ``counts``: ``sample_env_steps`` and
+    ``gradient_steps``."""
+    import jax
+
+    return Program(
+        state=jax.jit(initial_state)(jax.random.PRNGKey(seed)),
+        run=jax.jit(run),
+        sample=jax.jit(sample),
+        env_steps_per_call=env_steps_per_call,
+        calls=total_timesteps // env_steps_per_call,
+        **counts,
+    )
+
+
 class Rollout(NamedTuple):
     obs: object
     action: object
@@ -206,15 +222,14 @@ def make_program(seed: int, settings: dict = SETTINGS) -> Program:
         params = network.init(init_key, jnp.zeros(env.observation_space(env_params).shape))
         return params, optimizer.init(params), env_state, obs, jnp.zeros(s["num_envs"]), key
 
-    env_steps_per_call = UPDATES_PER_CALL * batch_size
     gradient_steps_per_call = UPDATES_PER_CALL * gradient_steps_per_update
-    return Program(
-        # jitted as well: op by op, JAX would compile each of the initialisation's ops on its own
-        state=jax.jit(initial_state)(jax.random.PRNGKey(seed)),
-        run=jax.jit(run),
-        sample=jax.jit(sample),
-        env_steps_per_call=env_steps_per_call,
-        calls=s["total_timesteps"] // env_steps_per_call,
+    return jit_program(
+        seed,
+        initial_state,
+        run,
+        sample,
+        UPDATES_PER_CALL * batch_size,
+        s["total_timesteps"],
         sample_env_steps=batch_size,
         gradient_steps=lambda state, call: call * gradient_steps_per_call,
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rllib_gpuenv.bench.purejaxrl import Program
+from rllib_gpuenv.bench.purejaxrl import Program, jit_program
 
 SETTINGS = dict(
     num_envs=10,
@@ -187,12 +187,13 @@ def make_program(seed: int, settings: dict = SETTINGS) -> Program:
         return State(params, params, optimizer.init(params), replay, env_state, obs, jnp.zeros(n), zero, zero, key)
 
     env_steps_per_call = STEPS_PER_CALL * n
-    return Program(
-        state=jax.jit(initial_state)(jax.random.PRNGKey(seed)),
-        run=jax.jit(run),
-        sample=jax.jit(sample),
-        env_steps_per_call=env_steps_per_call,
-        calls=s["total_timesteps"] // env_steps_per_call,
+    return jit_program(
+        seed,
+        initial_state,
+        run,
+        sample,
+        env_steps_per_call,
+        s["total_timesteps"],
         sample_env_steps=env_steps_per_call,
         gradient_steps=lambda state, call: state.updates,
     )
