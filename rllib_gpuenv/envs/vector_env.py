@@ -186,11 +186,10 @@ class GPUVectorEnv(VectorEnv):
         self._seed32: int | None = None
         self._constants: StepConstants | None = None
         self._last_action: torch.Tensor | None = None
-        actions_dtype = torch.int64 if isinstance(self.single_action_space, Discrete) else torch.float32
         self._backend.load(
             self._buffers,
             self._step_constants(0, *d.reset_bounds(None, self.params)),
-            torch.zeros(self._batch_action_shape, dtype=actions_dtype, device=self.device),  # as ``_action_tensor`` gives them
+            torch.zeros(self._batch_action_shape, dtype=self._actions_dtype(), device=self.device),
         )
         logger.debug("%r", self)
 
@@ -396,6 +395,10 @@ class GPUVectorEnv(VectorEnv):
             return f"Discrete({space.n}) action (an integer in [{space.start}, {space.start + space.n - 1}])"
         return f"Box action (float, shape {space.shape}, bounds {space.low.tolist()}..{space.high.tolist()})"
 
+    def _actions_dtype(self) -> torch.dtype:
+        """The dtype ``_action_tensor`` hands the backend: int64 for ``Discrete``, float32 for ``Box``."""
+        return torch.int64 if isinstance(self.single_action_space, Discrete) else torch.float32
+
     def _discrete_actions(self, tensor: torch.Tensor, space: Discrete) -> torch.Tensor:
         if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
             has_nan = bool(torch.isnan(tensor).any()) if tensor.dtype.is_floating_point else False
@@ -404,8 +407,7 @@ class GPUVectorEnv(VectorEnv):
                 + (" containing NaN" if has_nan else "")
                 + ": cast them with .long() / .astype(np.int64)"
             )
-        if tensor.dtype != torch.int64:
-            tensor = tensor.to(torch.int64)
+        tensor = tensor.to(self._actions_dtype())
         start = int(space.start)
         if self.validate_actions:
             low, high = start, start + int(space.n) - 1
@@ -420,7 +422,7 @@ class GPUVectorEnv(VectorEnv):
             raise TypeError(
                 f"actions must be floats ({self._space_text()}), got dtype {tensor.dtype}: cast them with .float()"
             )
-        tensor = tensor.to(torch.float32)
+        tensor = tensor.to(self._actions_dtype())
         if self.validate_actions and bool(torch.isnan(tensor).any()):
             rows = torch.nonzero(torch.isnan(tensor).flatten(1).any(1)).flatten()[:5].tolist()
             raise ValueError(
