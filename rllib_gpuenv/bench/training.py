@@ -748,13 +748,16 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--contenders",
         nargs="*",
-        help="a subset of the task's contenders (default: all of them); cartpole-ppo: "
-        "device stock-runner stock-rllib stock-rllib-8envs sb3 purejaxrl; "
-        "pendulum-ppo and cartpole-dqn: device stock-rllib sb3; breakout-ppo and inverted-pendulum-ppo: device random",
+        help="a subset of the task's contenders (default: all of them); "
+        + "; ".join(f"{name}: {' '.join(task.contenders)}" for name, task in TASKS.items()),
     )
     parser.add_argument("--seeds", type=options.sizes(0), default="0,1,2", help="seeds (default: %(default)s)")
     parser.add_argument(
-        "--target", type=float, help="mean return of the last 100 episodes to reach (default: the task's, 475 or -300)"
+        "--target",
+        type=float,
+        help="mean return of the last 100 episodes to reach (default: the task's; "
+        + ", ".join(f"{name}: {task.target:g}" for name, task in TASKS.items())
+        + ")",
     )
     parser.add_argument("--budget", type=float, default=90.0, help="seconds of training per run before giving up")
     parser.add_argument(

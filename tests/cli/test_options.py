@@ -84,3 +84,15 @@ def test_the_breakdown_names_the_envs_it_times_before_it_builds_anything():
     args = rllib_gpuenv_parser().parse_args(["bench", "breakdown", "--env", "NoEnv-v0"])
     with pytest.raises(SystemExit, match=r"--env NoEnv-v0: the breakdown times an env of this package: GPUCartPole-v1, "):
         args.func(args)
+
+
+def test_the_training_races_help_names_every_contender_and_target():
+    """The help is written from the tasks themselves: a contender added to a race is in it."""
+    from rllib_gpuenv.bench.training import TASKS, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    helps = {action.dest: action.help for action in parser._actions}
+    for name, task in TASKS.items():
+        assert f"{name}: {' '.join(task.contenders)}" in helps["contenders"]
+        assert f"{name}: {task.target:g}" in helps["target"]
