@@ -10,7 +10,7 @@
 # the budget cuts is missing from the archive, listed in cut.txt and "unmeasured" in targets.txt,
 # never guessed; timings.txt says what each command took. GPU_ONLY names the benchmarks to run
 # (block_size scaling sampling update ops scaling_breakout breakdown training ppo_eager_step
-# training_dqn training_purejaxrl training_pendulum ppo_512envs learners), the rest skipped. Two calls fill a lease:
+# training_dqn training_purejaxrl training_purejaxrl_dqn training_pendulum ppo_512envs learners), the rest skipped. Two calls fill a lease:
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "tests bench"      (timeout_s 420)
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "training"         (timeout_s 420)
 # the second at once, while the machine is warm (30 s). benchmarks/RESULTS.md ("On a GPU") says
@@ -38,7 +38,7 @@
 #             GPU (bench update), the torch step's ops counted on the GPU (bench ops), the
 #             iteration breakdown;
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, gpu_cartpole_ppo_512envs.yaml), DQN,
-#             PureJaxRL's PPO on the image's JAX (the fastest CartPole PPO on a CPU: one XLA program),
+#             PureJaxRL's PPO and DQN on the image's JAX (the fastest on a CPU: one XLA program each),
 #             Pendulum PPO to -300, and the first PPO file with the gradient step eager
 #             (cuda_graphs false), on the device path, 3 seeds each, with the GPU's utilisation
 #             sampled every 0.2 s;
@@ -132,6 +132,7 @@ run)
             bench 130 ppo_512envs training training --contenders device --budget 30 --device-config configs/gpu_cartpole_ppo_512envs.yaml
             bench 120 . training_dqn training --task cartpole-dqn --contenders device --budget 40
             bench 60 training_purejaxrl training training --contenders purejaxrl --budget 20
+            bench 90 training_purejaxrl_dqn training --task cartpole-dqn --contenders purejaxrl --budget 20
             bench 120 . training_pendulum training --task pendulum-ppo --contenders device --budget 40
             sed 's/^    use_kl_loss: false.*/&\n    cuda_graphs: false/' configs/gpu_cartpole_ppo.yaml > "$RES/ppo_eager_step.yaml"
             grep -q '^    cuda_graphs: false' "$RES/ppo_eager_step.yaml" || echo "ppo_eager_step.yaml: cuda_graphs not set" >&2
