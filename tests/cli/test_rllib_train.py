@@ -111,7 +111,8 @@ def test_device_dqn_trains_from_the_command_line_with_its_tuned_defaults(tmp_pat
     assert [int(float(row["env_runners/num_env_steps_sampled_lifetime"])) for row in progress] == [1024, 2048]
     assert out.stdout.count(" config:\n") == 1  # -v: the trial's config, once
     assert float(progress[-1]["env_runners/episode_return_mean"]) > 0
-    assert (config["n_step"], config["training_intensity"], config["target_network_update_freq"]) == (3, 8, 500)
+    assert (config["n_step"], config["training_intensity"], config["target_network_update_freq"]) == (3, 8, 750)
+    assert config["gamma"] == 0.98
 
 
 LEGACY_NAMES = """
