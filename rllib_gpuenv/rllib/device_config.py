@@ -4,16 +4,40 @@ the training batch that follows from the rollout shape."""
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import torch
 from ray.rllib.algorithms.algorithm_config import NotProvided
 
 from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner, check_prefixed_id
+
+logger = logging.getLogger(__name__)
 
 # Where the envs are when there are remote learners (num_learners >= 1): "colocated", in the
 # learners (each steps num_envs_per_env_runner envs on its own device and trains on them);
 # "separate", in env runners (the driver's, or remote ones) whose rollouts go to the learners;
 # "auto": colocated without env runners (num_env_runners=0), separate with them.
 LAYOUTS = ("auto", "colocated", "separate")
+
+
+@functools.cache  # once per process: RLlib validates a config more than once
+def _warn_torch_compile_learner(what: str) -> None:
+    """Why ``torch_compile_learner`` slows the device path down (RLlib 2.60, measured on a CPU:
+    benchmarks/RESULTS.md, "One gradient step compiled")."""
+    compiled = (
+        "compiles RLlib's whole update (15 s at the first iteration on a 2-core CPU), whose iterations "
+        "then ran no faster than uncompiled (42 against 40 ms for the main job)"
+        if what == "complete_update"
+        else f"with torch_compile_learner_what_to_compile={what!r} compiles nothing in RLlib 2.60 (its learner "
+        "skips the modules of a MultiRLModule)"
+    )
+    logger.warning(
+        "torch_compile_learner=True replaces this package's lean update with RLlib's update, and %s: the main "
+        "job's iteration took 40 ms against the lean update's 28 ms. On a GPU the lean update's gradient step "
+        "is captured as a CUDA graph instead (cuda_graphs=True); leave torch_compile_learner off.",
+        compiled,
+    )
 
 
 class DeviceRolloutsConfig:
@@ -134,6 +158,9 @@ class DeviceRolloutsConfig:
         for flag in ("lean_update", "cuda_graphs"):  # the learners' update paths (rllib/lean_update.py)
             if not isinstance(getattr(self, flag, True), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+        if self.torch_compile_learner:
+            what = getattr(self.torch_compile_learner_what_to_compile, "value", self.torch_compile_learner_what_to_compile)
+            _warn_torch_compile_learner(str(what))
         if not isinstance(self.rollout_cuda_graph, bool):
             raise ValueError(f"device_rollouts(cuda_graph=...) must be true or false, got {self.rollout_cuda_graph!r}")
         if self.learner_layout not in LAYOUTS:

@@ -118,3 +118,22 @@ def test_gradient_postprocessing_of_the_users_own_runs_in_the_lean_update(path):
     (whose step would bypass it: here the uncaptured static step; captured on a GPU,
     tests/test_gpu.py)."""
     train_with_own_gradient_postprocessing(path, "cpu")
+
+
+@pytest.mark.parametrize("what", ["forward_train", "complete_update"])
+def test_torch_compile_learner_is_said_to_slow_the_update_down(what, caplog):
+    """It turns the lean update off (RLlib's update runs), and RLlib 2.60's default compiles nothing."""
+    from rllib_gpuenv.rllib.device_config import _warn_torch_compile_learner
+
+    _warn_torch_compile_learner.cache_clear()
+    config = cartpole_config(device="cpu", seed=0).framework(
+        torch_compile_learner=True, torch_compile_learner_what_to_compile=what
+    )
+    config.validate()
+    config.validate()  # said once
+    said = [r.getMessage() for r in caplog.records if "torch_compile_learner=True" in r.getMessage()]
+    assert len(said) == 1 and "lean update" in said[0]
+    assert ("compiles nothing" in said[0]) == (what == "forward_train")
+    caplog.clear()
+    cartpole_config(device="cpu", seed=0).validate()  # off: nothing said
+    assert not [r for r in caplog.records if "torch_compile_learner" in r.getMessage()]
