@@ -163,6 +163,31 @@ def run_code(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return _forked("code", code, (), timeout)
 
 
+def interrupted(module: str, args: list[str], ready) -> tuple[subprocess.CompletedProcess, str]:
+    """``module``'s ``main(args)`` in a fresh interpreter (a command as a user runs it), sent
+    SIGINT (Ctrl-C) once ``ready(output so far)`` holds. Returns the finished process (its stdout
+    what came after the signal) and the output read before it."""
+    import signal
+    import time
+
+    run = f"import sys\nfrom {module} import main\nsys.exit(main({list(args)!r}))"
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    job = subprocess.Popen(
+        [sys.executable, "-c", run], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+    try:
+        deadline = time.monotonic() + 600  # a hang guard only: the caller waits for a line, not for a time
+        before = ""
+        while not ready(before):
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
+            before += job.stdout.readline()
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=600)
+    finally:
+        job.kill()
+    return subprocess.CompletedProcess(job.args, job.returncode, out, err), before
+
+
 def rllib(*args, timeout=900) -> subprocess.CompletedProcess:
     """The installed-style command: python -m rllib_gpuenv.cli.rllib (what the `rllib` script runs)."""
     return run_module("rllib_gpuenv.cli.rllib", *args, timeout=timeout)

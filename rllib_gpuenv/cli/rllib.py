@@ -40,7 +40,7 @@ Run experiments with Ray Tune, from files or from --algo/--env.
   rllib train --algo PPO --env GPUCartPole-v1 [--config JSON] [--stop JSON] [options]
 
 A YAML file holds {name: {run, env, stop, config, num_samples, checkpoint_config, storage_path,
-resource_search}}; `config` holds AlgorithmConfig settings (DevicePPO adds `devices` and
+restore, resource_search}}; `config` holds AlgorithmConfig settings (DevicePPO adds `devices` and
 `device_rollouts`). A Python file defines `config` (an AlgorithmConfig) and `stop`.
 
 Old files run: renamed keys (num_workers, num_envs_per_worker, sgd_minibatch_size, num_sgd_iter,
@@ -52,7 +52,9 @@ replacement; observation_filter: MeanStdFilter becomes RLlib's MeanStdFilter con
 Everything is checked before Ray starts; a mistake is one line naming file, experiment and key.
 A run needs a stop criterion on a metric RLlib or Tune reports (--no-stop runs until Ctrl-C).
 Progress: one row per result (return, env steps, env-steps/s, time); -v adds each trial's config.
-With `resource_search`, Tune tries the resource settings and writes the best as a file."""
+With `resource_search`, Tune tries the resource settings and writes the best as a file.
+Going on: --restore CHECKPOINT starts the trials from a checkpoint; after Ctrl-C, the same
+command with --resume goes on with the interrupted experiment."""
 
 
 def _mapping(text: str) -> dict:
@@ -124,6 +126,18 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-freq", type=options.count(0), help="checkpoint every N iterations")
     train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
     train.add_argument(
+        "--restore",
+        metavar="CHECKPOINT",
+        help="every trial starts from this algorithm checkpoint (its weights, optimizer, counters), with the "
+        "experiment's config; as `restore:` in a file",
+    )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the experiments of an interrupted run, kept in STORAGE_PATH/NAME: their unfinished "
+        "trials, each from its latest checkpoint (--checkpoint-freq); an experiment not found there starts",
+    )
+    train.add_argument(
         "--ray-address",
         help="join this Ray cluster (default: the job's cluster inside `ray job submit`, else a new local one)",
     )
@@ -174,11 +188,13 @@ def experiments_from_args(args) -> list:
         raise ExperimentError("give an experiment file (`rllib train file PATH`) or both --algo and --env")
     overrides = dict(stop_overrides=args.stop, allow_no_stop=args.no_stop)
     if not files:
-        return [inline_experiment(args.algo, args.env, args.config, args.stop, allow_no_stop=args.no_stop)]
+        experiments = [inline_experiment(args.algo, args.env, args.config, args.stop, allow_no_stop=args.no_stop)]
+        return _restoring_from(args.restore, experiments, "<command line>")
     experiments, errors = [], []
     for path in files:
         try:
-            experiments += load_experiments(path, config_overrides=args.config, **overrides)
+            loaded = load_experiments(path, config_overrides=args.config, **overrides)
+            experiments += _restoring_from(args.restore, loaded, path)
         except ExperimentError as err:
             errors.append(str(err))
     if errors:
@@ -186,10 +202,23 @@ def experiments_from_args(args) -> list:
     return experiments
 
 
+def _restoring_from(checkpoint: str | None, experiments: list, source: str) -> list:
+    """``--restore``: every experiment's trials start from ``checkpoint`` (checked per experiment:
+    its algorithm must be theirs)."""
+    from rllib_gpuenv.experiments.restore import check_restore
+    from rllib_gpuenv.experiments.spec import experiment_where
+
+    for experiment in experiments if checkpoint is not None else ():
+        where = experiment_where(source, experiment.name)
+        experiment.restore = check_restore(checkpoint, experiment.config, where, key="--restore")
+    return experiments
+
+
 def train_command(args) -> int:
     import ray
 
     from rllib_gpuenv.experiments import check_fits_cluster, run_experiment
+    from rllib_gpuenv.experiments.progress import stop_reached
 
     experiments = experiments_from_args(args)  # every check before Ray starts
     for experiment in experiments:
@@ -219,7 +248,7 @@ def train_command(args) -> int:
 
             search_resources(experiment, storage_path=args.storage_path, verbose=args.verbose)
             continue
-        results = run_experiment(experiment, storage_path=args.storage_path, verbose=args.verbose)
+        results = run_experiment(experiment, storage_path=args.storage_path, verbose=args.verbose, resume=args.resume)
         errors = [r.error for r in results if r.error is not None]
         print(f"experiment {experiment.name!r}: {len(results)} trial(s), results in {results.experiment_path}")
         if errors:
@@ -229,6 +258,21 @@ def train_command(args) -> int:
                 file=sys.stderr,
             )
             return 1
+        # A trial that ended without error and without reaching a stop criterion was stopped by
+        # Ctrl-C: Tune saved the experiment's state, and ``--resume`` goes on with it.
+        unfinished = [r for r in results if not stop_reached(r.metrics or {}, experiment.stop)]
+        if unfinished:
+            how = (
+                "each from its latest checkpoint"
+                if experiment.checkpoint_config.get("checkpoint_frequency")
+                else "from the start: they kept no checkpoints (--checkpoint-freq N keeps them)"
+            )
+            print(
+                f"rllib: experiment {experiment.name!r} interrupted with {len(unfinished)} trial(s) unfinished: the same "
+                f"command with --resume goes on with them ({how})",
+                file=sys.stderr,
+            )
+            return 130
     return 0
 
 

@@ -9,7 +9,8 @@ Where each part lives:
 * ``checks.py``: values, RLlib's own validation, stop metrics, names; ``errors.py``: the one
   error type, ``ExperimentError``, one line naming file, experiment and key;
 * ``legacy.py``: old RLlib names and settings translated, one warning each;
-* ``running.py``: the cluster checked, then Ray Tune (``run_experiment``);
+* ``running.py``: the cluster checked, then Ray Tune (``run_experiment``); ``restore.py``: trials
+  that start from a checkpoint, an interrupted experiment resumed;
 * ``progress.py``: metric names and progress output; ``shipped.py``: the files in ``configs/``;
 * ``tune_resources.py``: Tune chooses the resources.
 """

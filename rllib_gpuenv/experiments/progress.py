@@ -24,11 +24,12 @@ from typing import Any, TextIO
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     EPISODE_RETURN_MEAN,
+    NUM_ENV_STEPS_SAMPLED,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     NUM_EPISODES_LIFETIME,
 )
 from ray.tune import ProgressReporter
-from ray.tune.result import TIME_TOTAL_S, TRAINING_ITERATION
+from ray.tune.result import TIME_THIS_ITER_S, TIME_TOTAL_S, TRAINING_ITERATION
 from ray.tune.utils import flatten_dict
 
 RETURN_METRIC = f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}"  # env_runners/episode_return_mean
@@ -44,6 +45,11 @@ def lookup(result: dict, path: str, default: Any = None) -> Any:
             return default
         result = result[key]
     return result
+
+
+def stop_reached(result: dict, stop: dict) -> bool:
+    """Tune's rule for a stop dict: stop when any metric reaches its value."""
+    return any(lookup(result, key, float("nan")) >= value for key, value in stop.items())
 
 
 class IterationLines:
@@ -92,7 +98,9 @@ class ResultRows(ProgressReporter):
 
     Env-steps/s is over the span since the trial's previous row (env steps and training time
     both grow by what that span added), so it follows the run rather than averaging from the
-    start. A return of ``-`` means no episode has ended yet.
+    start; a trial's first row has its own iteration's (a trial restored from a checkpoint
+    starts with the checkpoint's env steps, not with 0). A return of ``-`` means no episode has
+    ended yet.
     """
 
     def __init__(self, show_config: bool = False, stream: TextIO | None = None):
@@ -140,7 +148,11 @@ class ResultRows(ProgressReporter):
             return
         steps = float(lookup(result, ENV_STEPS_METRIC, lookup(result, NUM_ENV_STEPS_SAMPLED_LIFETIME, math.nan)))
         seconds = float(result.get(TIME_TOTAL_S, math.nan))
-        previous_steps, previous_seconds = (last[1], last[2]) if last else (0.0, 0.0)
+        if last is None:  # this iteration's own
+            previous_steps = steps - float(lookup(result, f"{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED}", steps))
+            previous_seconds = seconds - float(result.get(TIME_THIS_ITER_S, seconds))
+        else:
+            previous_steps, previous_seconds = last[1], last[2]
         span = seconds - previous_seconds
         rate = (steps - previous_steps) / span if span > 0 else math.nan
         self._last[trial.trial_id] = (iteration, steps, seconds)

@@ -38,27 +38,40 @@ def _tune_progress_reporter_output():
             os.environ["RAY_AIR_NEW_OUTPUT"] = previous
 
 
-def run_experiment(experiment: Experiment, storage_path: str | None = None, verbose: int = 1):
+def run_experiment(experiment: Experiment, storage_path: str | None = None, verbose: int = 1, resume: bool = False):
     """Run with Ray Tune, one progress row per result (and each trial's config at ``verbose >= 2``);
-    return the ResultGrid. ``verbose >= 3`` adds Tune's own trial messages."""
+    return the ResultGrid. ``verbose >= 3`` adds Tune's own trial messages. ``resume``: go on with
+    the experiment Tune keeps in ``storage_path/name``, if there is one (``restore.py``)."""
     from ray import tune
 
     from rllib_gpuenv.experiments.progress import ResultRows
+    from rllib_gpuenv.experiments.restore import experiment_folder, restoring
 
     check_fits_cluster(experiment)
-    run_config = tune.RunConfig(
-        name=experiment.name,
-        stop=experiment.stop,
-        storage_path=storage_path or experiment.storage_path,
-        checkpoint_config=tune.CheckpointConfig(**experiment.checkpoint_config),
-        progress_reporter=ResultRows(show_config=verbose >= 2),
-        verbose=min(max(verbose - 1, 1), 3) if verbose > 0 else 0,
-    )
-    tuner = tune.Tuner(
-        experiment.algo_class,
-        param_space=experiment.config,
-        run_config=run_config,
-        tune_config=tune.TuneConfig(num_samples=experiment.num_samples),
-    )
+    storage_path = storage_path or experiment.storage_path
+    param_space = experiment.config if experiment.restore is None else restoring(experiment.config, experiment.restore)
+    folder = experiment_folder(storage_path, experiment.name)
+    if resume and tune.Tuner.can_restore(folder):
+        print(f"experiment {experiment.name!r}: resuming {folder} (its unfinished trials, each from its latest checkpoint)")
+        tuner = tune.Tuner.restore(
+            str(folder), trainable=experiment.algo_class, resume_unfinished=True, resume_errored=True, param_space=param_space
+        )
+    else:
+        if resume:
+            print(f"experiment {experiment.name!r}: nothing to resume in {folder}: starting it")
+        run_config = tune.RunConfig(
+            name=experiment.name,
+            stop=experiment.stop,
+            storage_path=storage_path,
+            checkpoint_config=tune.CheckpointConfig(**experiment.checkpoint_config),
+            progress_reporter=ResultRows(show_config=verbose >= 2),
+            verbose=min(max(verbose - 1, 1), 3) if verbose > 0 else 0,
+        )
+        tuner = tune.Tuner(
+            experiment.algo_class,
+            param_space=param_space,
+            run_config=run_config,
+            tune_config=tune.TuneConfig(num_samples=experiment.num_samples),
+        )
     with _tune_progress_reporter_output():
         return tuner.fit()

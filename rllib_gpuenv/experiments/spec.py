@@ -8,6 +8,7 @@ A YAML file holds one or more experiments::
       stop: {env_runners/episode_return_mean: 475, training_iteration: 200}
       num_samples: 1
       checkpoint_config: {checkpoint_at_end: true}
+      restore: path/to/checkpoint   # optional: every trial starts from this checkpoint (restore.py)
       config: {num_env_runners: 0, lr: 0.0005, ...}   # AlgorithmConfig settings
 
 A Python file defines ``config`` (an ``AlgorithmConfig``) and ``stop`` (and optionally ``name``).
@@ -35,12 +36,23 @@ from rllib_gpuenv.experiments.checks import check_name, check_stop, check_values
 from rllib_gpuenv.experiments.envs import check_env_runner, rllib_env_id, vectorize_our_env
 from rllib_gpuenv.experiments.errors import ExperimentError, key_error
 from rllib_gpuenv.experiments.legacy import translate_experiment_keys, translate_metric
+from rllib_gpuenv.experiments.restore import check_restore
 from rllib_gpuenv.experiments.settings import apply_config, build_config, validate_python_config
 from rllib_gpuenv.experiments.shipped import config_file, shipped_settings
 
 logger = logging.getLogger(__name__)
 
-EXPERIMENT_KEYS = {"run", "env", "stop", "config", "num_samples", "checkpoint_config", "storage_path", "resource_search"}
+EXPERIMENT_KEYS = {
+    "run",
+    "env",
+    "stop",
+    "config",
+    "num_samples",
+    "checkpoint_config",
+    "storage_path",
+    "restore",
+    "resource_search",
+}
 MAIN_JOB_FILE = "gpu_cartpole_ppo.yaml"  # the main job's experiment: PPO on GPUCartPole-v1
 
 
@@ -54,6 +66,7 @@ class Experiment:
     num_samples: int = 1
     checkpoint_config: dict = dataclasses.field(default_factory=dict)
     storage_path: str | None = None
+    restore: str | None = None  # a checkpoint every trial starts from (absolute path, checked)
     resource_search: dict | None = None
 
     @property
@@ -127,6 +140,7 @@ def experiment_from_spec(
     num_samples = spec.get("num_samples", 1)
     check_values({"num_samples": num_samples}, where)
     storage = spec.get("storage_path")
+    restore = spec.get("restore")
     return Experiment(
         name=name,
         config=config,
@@ -134,6 +148,7 @@ def experiment_from_spec(
         num_samples=num_samples,
         checkpoint_config=checkpoint_config,
         storage_path=os.path.abspath(os.path.join(base_dir, os.path.expanduser(storage))) if storage else None,
+        restore=None if restore is None else check_restore(restore, config, where, base_dir=base_dir),
         resource_search=spec.get("resource_search"),
     )
 

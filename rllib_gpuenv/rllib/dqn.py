@@ -337,9 +337,11 @@ class DeviceDQN(LearnerCalls, ResumesExactly, ChecksResources, InProcess, DQN):
         return DeviceDQNConfig()
 
     def setup(self, config) -> None:
+        # Before RLlib's setup: its last step runs ``on_algorithm_init``, which may restore a
+        # checkpoint (``rllib train --restore``) and with it when learning starts.
+        self._learning_starts_at = config.num_steps_sampled_before_learning_starts  # env steps sampled, lifetime
         super().setup(config)
         self.local_replay_buffer = None  # RLlib's episode buffer: not used, the learners keep theirs
-        self._learning_starts_at = config.num_steps_sampled_before_learning_starts  # env steps sampled, lifetime
 
     def training_step(self) -> None:
         config = self.config

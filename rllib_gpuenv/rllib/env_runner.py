@@ -633,7 +633,19 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             self.set_rollout_state(saved)
 
     def set_rollout_state(self, saved: dict) -> None:
-        """Put the envs where ``rollout_state()`` found them (same env and number of envs)."""
+        """Put the envs where ``rollout_state()`` found them (the same env). A checkpoint of
+        another number of envs (a run going on from it with more or fewer) restores only the
+        episode window: the envs start new episodes."""
+        if saved["obs"].shape[0] != self.num_envs:
+            logger.warning(
+                "The checkpoint holds %d envs, this env runner has %d: its envs start new episodes "
+                "(the weights, optimizer and counters are restored)",
+                saved["obs"].shape[0],
+                self.num_envs,
+            )
+            self._recent_episodes.clear()
+            self._recent_episodes.extend(saved["recent_episodes"])
+            return
         self.env.unwrapped.set_state(saved["env"])
         self._rollout_graph = None  # the envs' buffers and constants may be others now: record anew
         self._obs = saved["obs"].to(self._device)

@@ -3,15 +3,13 @@ and says how to go on (the main job), and a resumed run that goes on where it st
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
-from tests.helpers import ROOT, run_module, tiny_main_job_file
+from tests.helpers import ROOT, interrupted, run_module, tiny_main_job_file
 
 DEVICE_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
 
@@ -51,19 +49,8 @@ def test_a_missing_video_extra_is_one_line_naming_the_install(tmp_path):
 def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
     tiny = tiny_main_job_file(tmp_path, rollout_length=8, iterations=100_000)
     args = ["train", "--config-file", tiny, "--device", "cpu", "--storage-path", str(tmp_path)]
-    run = f"import sys\nfrom rllib_gpuenv.cli.main import main\nsys.exit(main({args!r}))"
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    job = subprocess.Popen(
-        [sys.executable, "-c", run], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
-    )
-    try:
-        deadline = time.monotonic() + 600  # a hang guard only: the test waits for the first iteration's line
-        while not job.stdout.readline().startswith("iter "):
-            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
-        job.send_signal(signal.SIGINT)
-        out, err = job.communicate(timeout=600)
-    finally:
-        job.kill()
+    job, _ = interrupted("rllib_gpuenv.cli.main", args, lambda out: any(line.startswith("iter ") for line in out.splitlines()))
+    out, err = job.stdout, job.stderr
     assert job.returncode == 0 and "Traceback" not in err, err[-3000:]
     assert "stopping after this iteration and saving a checkpoint (Ctrl-C again to quit at once)" in err
     stopped_at = int(re.search(r"interrupted after (\d+) iterations? ", out).group(1))  # "1 iteration"

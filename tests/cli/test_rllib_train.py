@@ -39,6 +39,8 @@ def test_help():
         "_enable_learner_api",
         "MeanStdFilter",
         "resource_search",
+        "--restore",
+        "--resume",
         "-v",
     ):
         assert text in out.stdout, text

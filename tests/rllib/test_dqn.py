@@ -8,6 +8,7 @@ import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
 
 from rllib_gpuenv.experiments import load_config, load_experiments
+from rllib_gpuenv.experiments.restore import restoring
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
 
@@ -77,11 +78,16 @@ def test_the_target_network_follows_env_steps_sampled():
         algo.stop()
 
 
-@pytest.mark.parametrize("with_buffer, remote_runners", [(True, 1), (False, 0)])
-def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_runners):
+@pytest.mark.parametrize(
+    "with_buffer, remote_runners, restore",
+    [(True, 1, "from_checkpoint"), (False, 0, "from_checkpoint"), (False, 0, "on_algorithm_init")],
+)
+def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_runners, restore):
     """With the buffer, through a remote runner; without it, through the local runner (what a
     checkpoint restores does not depend on where the runners are). Several remote runners'
-    rollouts go through the same ``sample_rollouts`` as DevicePPO's (test_training.py)."""
+    rollouts go through the same ``sample_rollouts`` as DevicePPO's (test_training.py). Restored
+    by ``DeviceDQN.from_checkpoint``, or as ``rllib train --restore`` restores a trial: the
+    algorithm built from the config, the checkpoint loaded by ``on_algorithm_init``."""
     config = small_config(target_network_update_freq=256)
     config.device_replay(checkpoint_replay_buffer=with_buffer)
     config.env_runners(num_env_runners=remote_runners)
@@ -99,7 +105,7 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
     finally:
         algo.stop()
-    restored = DeviceDQN.from_checkpoint(path)
+    restored = DeviceDQN.from_checkpoint(path) if restore == "from_checkpoint" else restoring(config, path).build_algo()
     try:
         assert restored.learner_group._learner.last_update_ts_by_mid == target_updated_at  # RLlib's learner forgets it
         result = restored.train()

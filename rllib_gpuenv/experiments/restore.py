@@ -1,0 +1,91 @@
+"""Going on from where training stopped: trials that start from a checkpoint (``restore``), and
+a Tune experiment resumed where it was interrupted (``--resume``).
+
+``restore: PATH`` in an experiment (``rllib train --restore PATH`` for all of them) is old
+``rllib train``'s way to continue training: every trial builds its algorithm from the
+experiment's config, then loads the checkpoint's state into it (modules, optimizers, counters,
+metrics and, on the device path, the envs and random generators) before its first iteration.
+It is RLlib's own recipe for continuing with Tune, an ``on_algorithm_init`` callback that calls
+``restore_from_path``; the iteration and env-step counters go on from the checkpoint's, so stop
+criteria count the whole run. Anything else in the config may differ (a new learning rate, more
+envs: the envs then start new episodes). The checkpoint is checked before Ray starts: its files
+readable, its algorithm, env and model the experiment's.
+
+``--resume`` is Tune's: the experiment's folder (``storage_path/name``) holds its state, and
+``Tuner.restore`` goes on with the trials that had not finished, each from its latest checkpoint
+(from the start if it had none), keeping the finished ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+
+from rllib_gpuenv.experiments.errors import key_error
+
+logger = logging.getLogger(__name__)
+
+
+def check_restore(path, config, where: str, base_dir: str = ".", key: str = "restore") -> str:
+    """The checkpoint ``path`` (relative to ``base_dir``) as an absolute path, after checking that
+    its files can be read and that it fits ``config`` (an AlgorithmConfig): the same algorithm,
+    env and model (its weights fit no other network); else an ``ExperimentError`` naming ``key``."""
+    from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_files, saved_config
+
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise key_error(where, key, f"expected the path of an algorithm checkpoint, got {path!r}")
+    path = os.path.abspath(os.path.join(base_dir, os.path.expanduser(os.fspath(path))))
+    try:
+        check_checkpoint_files(path)
+        saved = saved_config(path)
+    except CheckpointError as err:
+        raise key_error(where, key, str(err)) from None
+    ours, theirs = config.algo_class.__name__, saved.algo_class.__name__
+    if theirs != ours:
+        raise key_error(
+            where,
+            key,
+            f"{path} is a checkpoint of {theirs}, but the experiment runs {ours}: set `run: {theirs}` or restore a "
+            f"{ours} checkpoint",
+        )
+    if saved.env != config.env:
+        raise key_error(
+            where,
+            key,
+            f"{path} was trained on {saved.env}, but the experiment runs {config.env}: its networks are sized for "
+            f"its env's spaces: restore it into an experiment on {saved.env}",
+        )
+    if saved.model_config != config.model_config:
+        raise key_error(
+            where,
+            key,
+            f"{path} holds the networks of model_config {saved.model_config}, but the experiment builds "
+            f"{config.model_config}: set the experiment's model_config to the checkpoint's",
+        )
+    return path
+
+
+def restore_on_init(*, algorithm, checkpoint: str, **kwargs) -> None:
+    """``on_algorithm_init``: the freshly built algorithm takes the checkpoint's state."""
+    algorithm.restore_from_path(checkpoint)
+    logger.info("%s: started from %s (iteration %d)", type(algorithm).__name__, checkpoint, algorithm.iteration)
+
+
+def restoring(config, checkpoint: str):
+    """A copy of ``config`` whose algorithm loads ``checkpoint`` once built (after any
+    ``on_algorithm_init`` callables the config already has)."""
+    config = config.copy(copy_frozen=False)
+    existing = config.callbacks_on_algorithm_init
+    existing = [] if existing is None else list(existing) if isinstance(existing, (list, tuple)) else [existing]
+    config.callbacks(on_algorithm_init=[*existing, functools.partial(restore_on_init, checkpoint=checkpoint)])
+    return config
+
+
+def experiment_folder(storage_path: str | None, name: str) -> Path:
+    """Where Tune keeps an experiment's state: ``storage_path/name`` (Tune's default storage
+    path: ``~/ray_results``)."""
+    from ray.train.constants import DEFAULT_STORAGE_PATH
+
+    return Path(os.path.expanduser(storage_path or DEFAULT_STORAGE_PATH)) / name

@@ -1,0 +1,120 @@
+"""`rllib train` going on from where training stopped: `restore:`/`--restore` (trials that start
+from a checkpoint) and `--resume` (an interrupted Tune experiment), real Tune runs; checkpoints
+that do not fit are refused before Ray starts."""
+
+import glob
+import os
+import re
+
+import pytest
+
+from rllib_gpuenv.experiments import ExperimentError, load_experiments
+from rllib_gpuenv.experiments.restore import check_restore, restoring
+from rllib_gpuenv.experiments.shipped import config_file
+from tests.helpers import ROOT, error_lines, interrupted, rllib, tiny_main_job_file, trial_progress
+
+# A DevicePPO checkpoint of GPUCartPole-v1: 4 envs, an [8] network (test_resume.py's old checkpoints)
+SMALL_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
+
+
+def rows(stdout: str, trial_prefix: str = "DevicePPO_") -> list[tuple[int, str, str]]:
+    """The progress rows a run printed: (iteration, return, env steps)."""
+    fields = [line.split() for line in stdout.splitlines() if line.startswith(trial_prefix)]
+    return [(int(f[1]), f[2], f[3]) for f in fields if len(f) == 6 and f[1].isdigit()]
+
+
+def test_a_checkpoint_that_does_not_fit_is_refused_before_ray_starts(tmp_path):
+    """Another algorithm, another env, other networks: one line each, naming the file, the
+    experiment and --restore; nothing runs."""
+    out = rllib(
+        "train",
+        "file",
+        str(config_file("gpu_cartpole_dqn.yaml")),
+        str(config_file("gpu_pendulum_ppo.yaml")),
+        str(config_file("gpu_cartpole_ppo.yaml")),
+        "--restore",
+        SMALL_CHECKPOINT,
+        "--storage-path",
+        str(tmp_path / "results"),
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == 3, errors
+    assert "gpu_cartpole_dqn.yaml: experiment 'gpu-cartpole-dqn': --restore: " in errors[0]
+    assert "is a checkpoint of DevicePPO, but the experiment runs DeviceDQN: set `run: DevicePPO`" in errors[0]
+    assert "was trained on rllib_gpuenv:GPUCartPole-v1, but the experiment runs rllib_gpuenv:GPUPendulum-v1" in errors[1]
+    assert "holds the networks of model_config {'vf_share_layers': False, 'fcnet_hiddens': [8]}" in errors[2]
+    assert "set the experiment's model_config to the checkpoint's" in errors[2]
+    assert "Started a local Ray instance" not in out.stderr and not os.path.exists(tmp_path / "results")
+
+
+def test_a_path_that_is_not_a_checkpoint_is_named():
+    (experiment,) = load_experiments(config_file("gpu_cartpole_ppo.yaml"))
+    with pytest.raises(ExperimentError, match=r"^x: restore: /nowhere/at/all: no such checkpoint directory$"):
+        check_restore("/nowhere/at/all", experiment.config, "x")
+    parent = os.path.dirname(SMALL_CHECKPOINT)  # a folder above checkpoints: they are listed
+    with pytest.raises(ExperimentError, match=r"not an RLlib algorithm checkpoint .*checkpoints below it, newest first: "):
+        check_restore(parent, experiment.config, "x")
+
+
+def test_more_envs_than_the_checkpoint_had_start_new_episodes(caplog):
+    """A run restored with another number of envs: the weights go on, the envs start over (the
+    checkpoint's env state fits only as many envs)."""
+    (experiment,) = load_experiments(config_file("gpu_cartpole_ppo.yaml"))
+    config = (
+        experiment.config.env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(rollout_length=4)
+        .devices(learner="cpu", env_runners="cpu")
+        .training(minibatch_size=32, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [8]})
+    )
+    restored = restoring(config, SMALL_CHECKPOINT).build_algo()
+    try:
+        assert restored.iteration > 0  # the checkpoint's counters
+        assert "The checkpoint holds 4 envs, this env runner has 8: its envs start new episodes" in caplog.text
+        result = restored.train()
+        assert result["training_iteration"] == restored.iteration
+    finally:
+        restored.stop()
+
+
+def test_a_trial_goes_on_from_a_checkpoint_named_in_its_file(tmp_path):
+    """A run checkpoints at iteration 3 of 5; a file that restores that checkpoint (its path
+    relative to the file) runs iterations 4 and 5 as the first run did: the same returns and env
+    steps (the envs, generators and counters come back with the weights)."""
+    tiny = tiny_main_job_file(tmp_path, rollout_length=16, iterations=5)
+    first = rllib("train", "file", tiny, "--checkpoint-freq", "3", "--storage-path", str(tmp_path / "first"), "--resume")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"experiment 'tiny': nothing to resume in {tmp_path / 'first' / 'tiny'}: starting it" in first.stdout
+    (checkpoint,) = glob.glob(str(tmp_path / "first" / "tiny" / "*" / "checkpoint_000000"))
+    restoring_file = tmp_path / "restored.yaml"
+    restoring_file.write_text(open(tiny).read() + f"  restore: {os.path.relpath(checkpoint, tmp_path)}\n")
+    second = rllib("train", "file", str(restoring_file), "--storage-path", str(tmp_path / "second"))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [r[0] for r in rows(first.stdout)] == [1, 2, 3, 4, 5]
+    assert rows(second.stdout) == rows(first.stdout)[3:]
+    (progress,) = trial_progress(tmp_path / "second" / "tiny")
+    assert [int(row["training_iteration"]) for row in progress] == [4, 5]
+
+
+def test_ctrl_c_then_resume_goes_on_with_the_experiment(tmp_path):
+    """Ctrl-C in a Tune run: it says how to go on; the same command with --resume goes on with
+    the trial from its latest checkpoint (not from iteration 1) to the stop criterion."""
+    tiny = tiny_main_job_file(tmp_path, rollout_length=16, iterations=100)
+    args = ["train", "file", tiny, "--checkpoint-freq", "1", "--storage-path", str(tmp_path)]
+    job, before = interrupted("rllib_gpuenv.cli.rllib", args, lambda out: any(row[0] >= 3 for row in rows(out)))
+    assert job.returncode == 130, job.stderr[-3000:]
+    assert (
+        "rllib: experiment 'tiny' interrupted with 1 trial(s) unfinished: the same command with --resume goes on with "
+        "them (each from its latest checkpoint)" in job.stderr
+    )
+    stopped_at = max(iteration for iteration, _, _ in rows(before + job.stdout))
+    assert stopped_at < 100
+
+    resumed = rllib(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"experiment 'tiny': resuming {tmp_path / 'tiny'}" in resumed.stdout
+    went_on = [iteration for iteration, _, _ in rows(resumed.stdout)]
+    assert went_on[-1] == 100 and 1 < min(went_on) <= stopped_at + 1, went_on
+    assert len(glob.glob(str(tmp_path / "tiny" / "*" / "progress.csv"))) == 1  # the same trial, not a new one
+    assert re.search(r"TERMINATED after 100 iteration\(s\)", resumed.stdout)
