@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import re
 import signal
 import sys
@@ -109,3 +110,24 @@ class StopAfterThisIteration:
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+class TuneInterrupted:
+    """Whether Ctrl-C stopped the Ray Tune runs inside the ``with`` (read ``happened`` after it).
+
+    Tune stops a run on SIGINT itself: each run installs a handler of its own (in the main thread,
+    unless ``TUNE_DISABLE_SIGINT_HANDLER`` is set), which saves the experiment's state, ends the
+    run and puts the previous handler back; a run that ends otherwise leaves its handler in
+    place. The trials of an interrupted run end TERMINATED, as finished ones do, so the handler
+    is what tells them apart."""
+
+    def __enter__(self) -> TuneInterrupted:
+        self.happened = False
+        self._before = signal.getsignal(signal.SIGINT)
+        self._watched = threading.current_thread() is threading.main_thread() and not int(
+            os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0")
+        )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.happened = self._watched and signal.getsignal(signal.SIGINT) is self._before

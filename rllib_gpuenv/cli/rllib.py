@@ -27,7 +27,7 @@ import yaml
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
-from rllib_gpuenv.cli.errors import run_command
+from rllib_gpuenv.cli.errors import TuneInterrupted, run_command
 from rllib_gpuenv.cli.quiet import SETUP_HOOK, quiet_start
 from rllib_gpuenv.experiments.errors import ExperimentError
 
@@ -126,6 +126,26 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-freq", type=options.count(0), help="checkpoint every N iterations")
     train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
     train.add_argument(
+        "--keep-checkpoints-num", type=options.count(1), help="keep each trial's N best checkpoints (default: all)"
+    )
+    train.add_argument(
+        "--checkpoint-score-attr",
+        help="the metric that ranks checkpoints for --keep-checkpoints-num (default: the latest are best); a min- "
+        "prefix: lower is better",
+    )
+    train.add_argument(
+        "--scheduler",
+        default="FIFO",
+        help="Tune's trial scheduler: FIFO (default), ASHA (async_hyperband), HyperBand, MedianStopping, PBT, ...",
+    )
+    train.add_argument(
+        "--scheduler-config",
+        type=_mapping,
+        default={},
+        help='JSON mapping of the scheduler\'s settings, e.g. \'{"grace_period": 10, "max_t": 100}\' (metric: '
+        "the mean return unless given)",
+    )
+    train.add_argument(
         "--restore",
         metavar="CHECKPOINT",
         help="every trial starts from this algorithm checkpoint (its weights, optimizer, counters), with the "
@@ -175,12 +195,14 @@ def _check_framework(framework: str | None) -> None:
 def experiments_from_args(args) -> list:
     """Every experiment the command line asks for, each checked; all errors at once, one line each."""
     from rllib_gpuenv.experiments import inline_experiment, load_experiments
+    from rllib_gpuenv.experiments.running import make_scheduler
 
     _check_framework(args.framework)
     if args.num_samples is not None and args.num_samples < 1:
         raise ExperimentError(f"--num-samples {args.num_samples}: must be a positive integer")
     if args.checkpoint_freq is not None and args.checkpoint_freq < 0:
         raise ExperimentError(f"--checkpoint-freq {args.checkpoint_freq}: must be 0 (never) or a positive integer")
+    make_scheduler(args.scheduler, args.scheduler_config)  # checked, then made anew for each experiment
     files = _experiment_files(args)
     if files and (args.algo or args.env):
         raise ExperimentError("give either experiment files or --algo/--env, not both")
@@ -218,7 +240,7 @@ def train_command(args) -> int:
     import ray
 
     from rllib_gpuenv.experiments import check_fits_cluster, run_experiment
-    from rllib_gpuenv.experiments.progress import stop_reached
+    from rllib_gpuenv.experiments.legacy import checkpoint_score
 
     experiments = experiments_from_args(args)  # every check before Ray starts
     for experiment in experiments:
@@ -228,6 +250,10 @@ def train_command(args) -> int:
             experiment.checkpoint_config["checkpoint_frequency"] = args.checkpoint_freq
         if args.checkpoint_at_end:
             experiment.checkpoint_config["checkpoint_at_end"] = True
+        if args.keep_checkpoints_num is not None:
+            experiment.checkpoint_config["num_to_keep"] = args.keep_checkpoints_num
+        if args.checkpoint_score_attr is not None:
+            experiment.checkpoint_config.update(checkpoint_score(args.checkpoint_score_attr))
     # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
     # own, never some other `ray start` cluster that happens to run on this machine.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
@@ -248,9 +274,28 @@ def train_command(args) -> int:
 
             search_resources(experiment, storage_path=args.storage_path, verbose=args.verbose)
             continue
-        results = run_experiment(experiment, storage_path=args.storage_path, verbose=args.verbose, resume=args.resume)
+        with TuneInterrupted() as interrupted:
+            results = run_experiment(
+                experiment,
+                storage_path=args.storage_path,
+                verbose=args.verbose,
+                resume=args.resume,
+                scheduler=(args.scheduler, args.scheduler_config),
+            )
         errors = [r.error for r in results if r.error is not None]
         print(f"experiment {experiment.name!r}: {len(results)} trial(s), results in {results.experiment_path}")
+        if interrupted.happened:  # Tune saved the experiment's state: --resume goes on with it
+            how = (
+                "each from its latest checkpoint"
+                if experiment.checkpoint_config.get("checkpoint_frequency")
+                else "from the start: they kept no checkpoints (--checkpoint-freq N keeps them)"
+            )
+            print(
+                f"rllib: experiment {experiment.name!r} interrupted: the same command with --resume goes on with its "
+                f"unfinished trials ({how})",
+                file=sys.stderr,
+            )
+            return 130
         if errors:
             last_line = (str(errors[0]).strip().splitlines() or [type(errors[0]).__name__])[-1]
             print(
@@ -258,21 +303,6 @@ def train_command(args) -> int:
                 file=sys.stderr,
             )
             return 1
-        # A trial that ended without error and without reaching a stop criterion was stopped by
-        # Ctrl-C: Tune saved the experiment's state, and ``--resume`` goes on with it.
-        unfinished = [r for r in results if not stop_reached(r.metrics or {}, experiment.stop)]
-        if unfinished:
-            how = (
-                "each from its latest checkpoint"
-                if experiment.checkpoint_config.get("checkpoint_frequency")
-                else "from the start: they kept no checkpoints (--checkpoint-freq N keeps them)"
-            )
-            print(
-                f"rllib: experiment {experiment.name!r} interrupted with {len(unfinished)} trial(s) unfinished: the same "
-                f"command with --resume goes on with them ({how})",
-                file=sys.stderr,
-            )
-            return 130
     return 0
 
 

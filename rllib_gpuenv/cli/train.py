@@ -23,7 +23,7 @@ import time
 import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
-from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup, stop_reached
+from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
 from rllib_gpuenv.rllib.checkpointing import check_checkpoint_files, saved_config
@@ -149,6 +149,11 @@ def _seconds_since_process_start() -> float:
         return time.time() - psutil.Process().create_time()
 
 
+def _stop_reached(result: dict, stop: dict) -> bool:
+    """Tune's rule for a stop dict: stop when any metric reaches its value."""
+    return any(lookup(result, key, float("nan")) >= value for key, value in stop.items())
+
+
 def _devices(algo) -> str:
     config = algo.config
     if getattr(config, "colocated_learners", False):
@@ -254,7 +259,7 @@ def train(
                 result = algo.train()
                 progress.update(result, time.perf_counter() - start)
                 loggers.log(result["training_iteration"], result)
-                if stop_reached(result, stop) or interrupt.requested:
+                if _stop_reached(result, stop) or interrupt.requested:
                     break
         progress.close()
         ret, elapsed = lookup(result, RETURN_METRIC, float("nan")), result.get("time_total_s", float("nan"))

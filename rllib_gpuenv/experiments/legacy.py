@@ -394,6 +394,14 @@ def translate_model_config(model: dict, where: str, key: str = "model_config") -
     return out
 
 
+def checkpoint_score(attribute: str) -> dict:
+    """Old Tune's ``checkpoint_score_attr`` as today's ``CheckpointConfig`` settings: a ``min-``
+    prefix meant that lower is better."""
+    if isinstance(attribute, str) and attribute.startswith("min-"):
+        return {"checkpoint_score_attribute": attribute[4:], "checkpoint_score_order": "min"}
+    return {"checkpoint_score_attribute": attribute}
+
+
 def translate_experiment_keys(spec: dict, checkpoint_config: dict, where: str) -> dict:
     """Old top-level experiment keys (``local_dir``, ``checkpoint_freq``, ...) -> today's."""
     spec = dict(spec)
@@ -402,7 +410,9 @@ def translate_experiment_keys(spec: dict, checkpoint_config: dict, where: str) -
             continue
         _warn(where, old, f"called {new!r} today; using that")
         value = spec.pop(old)
-        if new.startswith("checkpoint_config."):
+        if old == "checkpoint_score_attr":
+            checkpoint_config.update(checkpoint_score(value))
+        elif new.startswith("checkpoint_config."):
             checkpoint_config[new.split(".", 1)[1]] = value
         else:
             spec[new] = value

@@ -47,11 +47,6 @@ def lookup(result: dict, path: str, default: Any = None) -> Any:
     return result
 
 
-def stop_reached(result: dict, stop: dict) -> bool:
-    """Tune's rule for a stop dict: stop when any metric reaches its value."""
-    return any(lookup(result, key, float("nan")) >= value for key, value in stop.items())
-
-
 class IterationLines:
     """The main job's progress: one line per iteration, and on a terminal a tqdm bar with an ETA
     toward the iteration limit.

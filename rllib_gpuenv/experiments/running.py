@@ -11,14 +11,17 @@ from rllib_gpuenv.experiments.spec import Experiment
 
 def check_fits_cluster(experiment: Experiment, cluster: dict | None = None) -> None:
     """Fail at once when a trial would ask for more than the cluster has (``check_cluster_fits``:
-    what RLlib asks Ray for, role by role), naming the experiment.
+    what RLlib asks Ray for, role by role, for every variant of a search space), naming the
+    experiment.
 
     Ray would otherwise leave the trial PENDING forever, waiting for resources that never come.
     """
+    from rllib_gpuenv.experiments.settings import config_variants
     from rllib_gpuenv.rllib.resources import ResourceError, check_cluster_fits
 
     try:
-        check_cluster_fits(experiment.config, cluster)
+        for variant in config_variants(experiment.config):  # a grid over num_env_runners: each variant must fit
+            check_cluster_fits(variant, cluster)
     except ResourceError as err:
         raise ExperimentError(f"experiment {experiment.name!r}: {err}") from None
 
@@ -38,10 +41,56 @@ def _tune_progress_reporter_output():
             os.environ["RAY_AIR_NEW_OUTPUT"] = previous
 
 
-def run_experiment(experiment: Experiment, storage_path: str | None = None, verbose: int = 1, resume: bool = False):
+def make_scheduler(name: str, settings: dict | None = None):
+    """Tune's trial scheduler ``name`` with ``settings`` (old ``rllib train``'s ``--scheduler`` and
+    ``--scheduler-config``), checked: an unknown name or setting is an ``ExperimentError`` (Tune's
+    ``create_scheduler`` drops unknown settings silently). A scheduler that ranks trials by a
+    metric and is given none ranks them by their mean return (``env_runners/episode_return_mean``,
+    ``mode: max``). FIFO, Tune's default, is None."""
+    import inspect
+
+    from ray.tune.schedulers import SCHEDULER_IMPORT
+
+    from rllib_gpuenv.experiments.checks import one_line
+    from rllib_gpuenv.experiments.progress import RETURN_METRIC
+
+    settings = dict(settings or {})
+    key = {"asha": "async_hyperband"}.get(name.lower(), name.lower())  # Tune's ASHAScheduler
+    if key not in SCHEDULER_IMPORT:
+        raise ExperimentError(f"--scheduler {name}: not one of Tune's schedulers: asha, {', '.join(sorted(SCHEDULER_IMPORT))}")
+    if key == "fifo":
+        if settings:
+            raise ExperimentError("--scheduler-config: FIFO (the default scheduler) takes no settings: name a --scheduler")
+        return None
+    try:
+        scheduler_class = SCHEDULER_IMPORT[key]() if inspect.isfunction(SCHEDULER_IMPORT[key]) else SCHEDULER_IMPORT[key]
+    except Exception as err:  # noqa: BLE001 (a missing extra: PB2 needs scikit-learn)
+        raise ExperimentError(f"--scheduler {name}: {one_line(err)}") from None
+    accepted = list(inspect.signature(scheduler_class).parameters)
+    unknown = sorted(set(settings) - set(accepted))
+    if unknown:
+        raise ExperimentError(
+            f"--scheduler-config: {unknown[0]}: not a setting of {scheduler_class.__name__}, which takes {', '.join(accepted)}"
+        )
+    if "metric" in accepted and "metric" not in settings:
+        settings.update(metric=RETURN_METRIC, mode=settings.get("mode", "max"))
+    try:
+        return scheduler_class(**settings)
+    except Exception as err:  # noqa: BLE001 (whatever the scheduler says of a setting: name it)
+        raise ExperimentError(f"--scheduler-config: {scheduler_class.__name__}: {one_line(err)}") from None
+
+
+def run_experiment(
+    experiment: Experiment,
+    storage_path: str | None = None,
+    verbose: int = 1,
+    resume: bool = False,
+    scheduler: tuple[str, dict] | None = None,
+):
     """Run with Ray Tune, one progress row per result (and each trial's config at ``verbose >= 2``);
     return the ResultGrid. ``verbose >= 3`` adds Tune's own trial messages. ``resume``: go on with
-    the experiment Tune keeps in ``storage_path/name``, if there is one (``restore.py``)."""
+    the experiment Tune keeps in ``storage_path/name``, if there is one (``restore.py``).
+    ``scheduler``: a Tune trial scheduler's name and settings (``make_scheduler``)."""
     from ray import tune
 
     from rllib_gpuenv.experiments.progress import ResultRows
@@ -71,7 +120,9 @@ def run_experiment(experiment: Experiment, storage_path: str | None = None, verb
             experiment.algo_class,
             param_space=param_space,
             run_config=run_config,
-            tune_config=tune.TuneConfig(num_samples=experiment.num_samples),
+            tune_config=tune.TuneConfig(
+                num_samples=experiment.num_samples, scheduler=make_scheduler(*scheduler) if scheduler else None
+            ),
         )
     with _tune_progress_reporter_output():
         return tuner.fit()

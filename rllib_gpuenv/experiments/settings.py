@@ -158,6 +158,16 @@ def variants(settings: dict) -> list[dict]:
     return [spec["config"] for _, spec in itertools.islice(generate_variants({"config": settings}), MAX_VALIDATED_VARIANTS)]
 
 
+def config_variants(config) -> list:
+    """The AlgorithmConfig of each variant Tune would run of ``config`` (at most
+    MAX_VALIDATED_VARIANTS): ``[config]`` itself when it holds no search space. What RLlib derives
+    from a config (``validate()``, the resources it asks for) needs a variant's values."""
+    settings = config.to_dict()
+    if not contains_search_space(settings):
+        return [config]
+    return [config.copy(copy_frozen=False).update_from_dict(variant) for variant in variants(settings)]
+
+
 def build_config(run: Any, env: Any, settings: dict, where: str, from_command_line: Collection[str] = ()):
     """The algorithm config of an experiment, every variant validated by RLlib before Ray starts."""
     config = algorithm_config(run, where)

@@ -118,6 +118,7 @@ def experiment_from_spec(
         raise ExperimentError(f"{where}: expected a mapping with run, env, stop, config; got {type(spec).__name__}")
     checkpoint_config = _checkpoint_config(spec.get("checkpoint_config") or {}, where)
     spec = translate_experiment_keys({k: v for k, v in spec.items() if k != "checkpoint_config"}, checkpoint_config, where)
+    checkpoint_config = _checkpoint_config(checkpoint_config, where)  # with the old keys' values
     unknown = sorted(set(spec) - EXPERIMENT_KEYS)
     if unknown:
         close = difflib.get_close_matches(unknown[0], sorted(EXPERIMENT_KEYS), n=1)

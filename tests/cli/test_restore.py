@@ -105,8 +105,8 @@ def test_ctrl_c_then_resume_goes_on_with_the_experiment(tmp_path):
     job, before = interrupted("rllib_gpuenv.cli.rllib", args, lambda out: any(row[0] >= 3 for row in rows(out)))
     assert job.returncode == 130, job.stderr[-3000:]
     assert (
-        "rllib: experiment 'tiny' interrupted with 1 trial(s) unfinished: the same command with --resume goes on with "
-        "them (each from its latest checkpoint)" in job.stderr
+        "rllib: experiment 'tiny' interrupted: the same command with --resume goes on with its unfinished trials "
+        "(each from its latest checkpoint)" in job.stderr
     )
     stopped_at = max(iteration for iteration, _, _ in rows(before + job.stdout))
     assert stopped_at < 100

@@ -5,6 +5,8 @@ import json
 import os
 import re
 
+import pytest
+
 from rllib_gpuenv.experiments import inline_experiment, load_experiments
 from rllib_gpuenv.experiments.legacy import TRANSITION_FLAGS
 from rllib_gpuenv.experiments.shipped import config_file
@@ -14,6 +16,7 @@ from tests.helpers import (
     assert_every_reported_metric_is_a_known_stop_metric,
     error_lines,
     rllib,
+    tiny_main_job_file,
     trial_progress,
     write,
 )
@@ -41,6 +44,9 @@ def test_help():
         "resource_search",
         "--restore",
         "--resume",
+        "--scheduler",
+        "--keep-checkpoints-num",
+        "--checkpoint-score-attr",
         "-v",
     ):
         assert text in out.stdout, text
@@ -203,3 +209,58 @@ def test_algo_and_env_start_from_the_shipped_settings_for_that_pair():
     assert stock.config.lr == PPOConfig().lr
     cartpole = inline_experiment("DevicePPO", "GPUCartPole-v1", None, {"training_iteration": 1})
     assert cartpole.config.num_envs_per_env_runner == 32  # gpu_cartpole_ppo.yaml, not the GPU-sized file
+
+
+def test_a_scheduler_stops_trials_and_checkpoints_are_kept_by_score(tmp_path):
+    """Old `rllib train` run options: `--scheduler`/`--scheduler-config` (ASHA stops both trials at
+    its max_t of 3, before the stop criterion's 5), `--keep-checkpoints-num` with
+    `--checkpoint-score-attr` (a `min-` prefix: the lowest is best, so the first checkpoint is the
+    one kept, beside the latest, which Tune always keeps)."""
+    tiny = tiny_main_job_file(tmp_path, rollout_length=8, iterations=5)
+    out = rllib(
+        "train",
+        "file",
+        tiny,
+        "--num-samples",
+        "2",
+        "--scheduler",
+        "ASHA",
+        "--scheduler-config",
+        '{"grace_period": 1, "max_t": 3}',
+        "--checkpoint-freq",
+        "1",
+        "--keep-checkpoints-num",
+        "1",
+        "--checkpoint-score-attr",
+        "min-training_iteration",
+        "--storage-path",
+        str(tmp_path / "results"),
+        "--ray-num-cpus",
+        "2",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    progress = trial_progress(tmp_path / "results" / "tiny")
+    assert [len(rows) for rows in progress] == [3, 3]  # ASHA's max_t, not the file's 5 iterations
+    trials = glob.glob(os.path.join(str(tmp_path / "results" / "tiny"), "*", ""))
+    assert len(trials) == 2
+    for trial in trials:
+        kept = sorted(os.path.basename(c) for c in glob.glob(os.path.join(trial, "checkpoint_*")))
+        assert kept == ["checkpoint_000000", "checkpoint_000002"], kept  # iteration 1 (the best), 3 (the latest)
+
+
+def test_a_scheduler_that_cannot_run_is_named_before_ray_starts():
+    from rllib_gpuenv.experiments import ExperimentError
+    from rllib_gpuenv.experiments.running import make_scheduler
+
+    assert make_scheduler("FIFO") is None
+    asha = make_scheduler("asha", {"max_t": 5})
+    assert asha.metric == "env_runners/episode_return_mean"  # the mean return unless given
+    for name, settings, message in [
+        ("ASAH", {}, r"--scheduler ASAH: not one of Tune's schedulers: asha, async_hyperband"),
+        ("asha", {"grace": 1}, r"--scheduler-config: grace: not a setting of AsyncHyperBandScheduler, which takes time_attr"),
+        ("asha", {"mode": "sideways"}, r"--scheduler-config: AsyncHyperBandScheduler: `mode` must be 'min' or 'max'"),
+        ("fifo", {"max_t": 5}, r"--scheduler-config: FIFO \(the default scheduler\) takes no settings"),
+        ("pbt", {}, r"--scheduler-config: PopulationBasedTraining: You must specify at least one of `hyperparam_mutations`"),
+    ]:
+        with pytest.raises(ExperimentError, match=message):
+            make_scheduler(name, settings)

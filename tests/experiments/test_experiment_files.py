@@ -62,6 +62,8 @@ def test_legacy_keys_and_metrics_are_translated_with_warnings(tmp_path, caplog):
           env: CartPole-v1
           local_dir: results
           checkpoint_freq: 5
+          keep_checkpoints_num: 2
+          checkpoint_score_attr: min-env_runners/episode_len_mean
           stop: {episode_reward_mean: 150, timesteps_total: 100000}
           config:
             framework: torch
@@ -82,7 +84,13 @@ def test_legacy_keys_and_metrics_are_translated_with_warnings(tmp_path, caplog):
     assert c.model_config["fcnet_hiddens"] == [32, 32] and c.model_config["head_fcnet_hiddens"] == [16]
     assert "custom_model" not in c.model_config
     assert exp.stop == {"env_runners/episode_return_mean": 150, "env_runners/num_env_steps_sampled_lifetime": 100000}
-    assert exp.checkpoint_config == {"checkpoint_frequency": 5} and exp.storage_path == str(tmp_path / "results")
+    assert exp.checkpoint_config == {
+        "checkpoint_frequency": 5,
+        "num_to_keep": 2,
+        "checkpoint_score_attribute": "env_runners/episode_len_mean",
+        "checkpoint_score_order": "min",  # old Tune's "min-" prefix
+    }
+    assert exp.storage_path == str(tmp_path / "results")
     warned = caplog.text
     for old in (
         "num_workers",
@@ -95,6 +103,8 @@ def test_legacy_keys_and_metrics_are_translated_with_warnings(tmp_path, caplog):
         "stop.timesteps_total",
         "local_dir",
         "checkpoint_freq",
+        "keep_checkpoints_num",
+        "checkpoint_score_attr",
         "framework",
         "model_config.post_fcnet_hiddens",
         "model_config.custom_model: dropped",
@@ -502,6 +512,18 @@ def test_asking_for_more_than_the_cluster_has_fails_at_once():
     ):
         check_fits_cluster(exp, cluster={"CPU": 2.0})
     check_fits_cluster(inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": 1}, stop), cluster={"CPU": 2.0})
+
+
+def test_a_grid_search_is_checked_against_the_cluster_variant_by_variant():
+    """What a trial asks Ray for follows from its own values: a grid over the learning rate (which
+    RLlib validates as a number or a schedule) fits, a grid whose second variant asks for 3 env
+    runners does not."""
+    stop = {"training_iteration": 1}
+    lr_grid = inline_experiment("DevicePPO", "GPUCartPole-v1", {"lr": {"grid_search": [0.001, 0.004]}}, stop)
+    check_fits_cluster(lr_grid, cluster={"CPU": 2.0})
+    runners_grid = inline_experiment("DevicePPO", "GPUCartPole-v1", {"num_env_runners": {"grid_search": [0, 3]}}, stop)
+    with pytest.raises(ExperimentError, match=r"asks Ray for 4 CPU\(s\) but the cluster has 2: .*num_env_runners=3"):
+        check_fits_cluster(runners_grid, cluster={"CPU": 2.0})
 
 
 def test_a_python_file_that_parses_its_own_command_line_sees_its_own(tmp_path, monkeypatch):
