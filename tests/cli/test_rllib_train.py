@@ -47,6 +47,9 @@ def test_help():
         "--scheduler",
         "--keep-checkpoints-num",
         "--checkpoint-score-attr",
+        "--ray-ui",
+        "--ray-object-store-memory",
+        "--local-mode",
         "-v",
     ):
         assert text in out.stdout, text
@@ -212,7 +215,8 @@ def test_algo_and_env_start_from_the_shipped_settings_for_that_pair():
 
 
 def test_a_scheduler_stops_trials_and_checkpoints_are_kept_by_score(tmp_path):
-    """Old `rllib train` run options: `--scheduler`/`--scheduler-config` (ASHA stops both trials at
+    """Old `rllib train` run options (`--local-mode` accepted with a warning, the local Ray's
+    options passed on): `--scheduler`/`--scheduler-config` (ASHA stops both trials at
     its max_t of 3, before the stop criterion's 5), `--keep-checkpoints-num` with
     `--checkpoint-score-attr` (a `min-` prefix: the lowest is best, so the first checkpoint is the
     one kept, beside the latest, which Tune always keeps)."""
@@ -237,8 +241,13 @@ def test_a_scheduler_stops_trials_and_checkpoints_are_kept_by_score(tmp_path):
         str(tmp_path / "results"),
         "--ray-num-cpus",
         "2",
+        "--ray-object-store-memory",
+        str(200 * 2**20),
+        "--local-mode",
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "--local-mode: dropped: Ray no longer has a local mode" in out.stderr
+    assert "View the dashboard" not in out.stderr  # no --ray-ui
     progress = trial_progress(tmp_path / "results" / "tiny")
     assert [len(rows) for rows in progress] == [3, 3]  # ASHA's max_t, not the file's 5 iterations
     trials = glob.glob(os.path.join(str(tmp_path / "results" / "tiny"), "*", ""))
