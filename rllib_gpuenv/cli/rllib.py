@@ -268,6 +268,11 @@ def train_command(args) -> int:
     # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
     # own, never some other `ray start` cluster that happens to run on this machine.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    if args.resume and (args.stop or args.config):
+        logger.warning(
+            "--resume: an interrupted run goes on as it was started (Tune keeps its stop criteria and trial configs): "
+            "--stop and --config apply only to experiments that start anew"
+        )
     if args.local_mode:
         logger.warning("--local-mode: dropped: Ray no longer has a local mode; the trials run in Ray's processes")
     ray.init(
