@@ -8,7 +8,7 @@ metrics and, on the device path, the envs and random generators) before its firs
 It is RLlib's own recipe for continuing with Tune, an ``on_algorithm_init`` callback that calls
 ``restore_from_path``; the iteration and env-step counters go on from the checkpoint's, so stop
 criteria count the whole run. Anything else in the config may differ (a new learning rate, more
-envs: the envs then start new episodes). The checkpoint is checked before Ray starts: its files
+envs or learners: the envs then start new episodes). The checkpoint is checked before Ray starts: its files
 readable, its algorithm, env and model the experiment's.
 
 ``--resume`` is Tune's: the experiment's folder (``storage_path/name``) holds its state, and

@@ -188,11 +188,14 @@ class LearnerCalls:
         super().set_state({k: v for k, v in state.items() if k != COLOCATED_STATE})
         if saved is None or not self.config.colocated_learners:
             return
-        if len(saved) != self.config.num_learners:
-            raise ValueError(
-                f"the checkpoint holds the envs of {len(saved)} colocated learner(s), but this run has num_learners="
-                f"{self.config.num_learners}: restore it with num_learners={len(saved)}"
+        if len(saved) != self.config.num_learners:  # going on with more or fewer learners (rllib train --restore)
+            logger.warning(
+                "The checkpoint holds the envs of %d colocated learner(s), this run has %d: their envs start new "
+                "episodes (the weights, optimizer and counters are restored)",
+                len(saved),
+                self.config.num_learners,
             )
+            return
         if getattr(self, "_restoring", False):
             self._restored_learner_states = saved  # applied last, as the random generators of this process
         else:

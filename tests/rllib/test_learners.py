@@ -8,6 +8,7 @@ import pytest
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
+from rllib_gpuenv.experiments.restore import restoring
 from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPO, DevicePPOConfig
 from rllib_gpuenv.rllib.dqn import DeviceDQN
 
@@ -61,11 +62,12 @@ def same_weights(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_colocated_ppo_learners_train_evaluate_resume_exactly_and_name_a_dead_one(tmp_path):
+def test_colocated_ppo_learners_train_evaluate_resume_exactly_and_name_a_dead_one(tmp_path, caplog):
     """One build for what colocated PPO learners do: sample and train in the training step, keep
     DDP's weights identical, report every learner's episodes, give RLlib's evaluation (its own
     runner and envs) the trained actor; a checkpoint resumes them exactly (weights, envs and
-    RLlib's default adaptive KL coefficient, learner state); a learner that dies is named."""
+    RLlib's default adaptive KL coefficient, learner state); a learner that dies is named; a run
+    with more learners goes on from the checkpoint (`rllib train --restore`), its envs anew."""
     config = ppo().evaluation(evaluation_interval=1, evaluation_duration=8, evaluation_duration_unit="episodes")
     assert config.use_kl_loss  # RLlib's default: the adaptive KL coefficient is learner state
     algo = config.build_algo()
@@ -116,6 +118,15 @@ def test_colocated_ppo_learners_train_evaluate_resume_exactly_and_name_a_dead_on
             restored.train()
     finally:
         restored.stop()
+
+    more = restoring(ppo(num_learners=3), path).build_algo()
+    try:
+        assert "The checkpoint holds the envs of 2 colocated learner(s), this run has 3" in caplog.text
+        result = more.train()
+        assert result["training_iteration"] == 3
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] == 1024 + 3 * 256  # the checkpoint's, then 3 learners'
+    finally:
+        more.stop()
 
 
 def _kl_coeff(learner) -> float:
