@@ -3,6 +3,7 @@ from a checkpoint) and `--resume` (an interrupted Tune experiment), real Tune ru
 that do not fit are refused before Ray starts."""
 
 import glob
+import json
 import os
 import re
 
@@ -95,6 +96,12 @@ def test_a_trial_goes_on_from_a_checkpoint_named_in_its_file(tmp_path):
     assert rows(second.stdout) == rows(first.stdout)[3:]
     (progress,) = trial_progress(tmp_path / "second" / "tiny")
     assert [int(row["training_iteration"]) for row in progress] == [4, 5]
+    # the first row's env-steps/s is its own iteration's, not the checkpoint's env steps over it
+    first_row = next(line.split() for line in second.stdout.splitlines() if line.startswith("DevicePPO_"))
+    (result_file,) = glob.glob(str(tmp_path / "second" / "tiny" / "*" / "result.json"))
+    result = json.loads(open(result_file).readline())
+    own_rate = result["env_runners"]["num_env_steps_sampled"] / result["time_this_iter_s"]
+    assert abs(int(first_row[4].replace(",", "")) - own_rate) <= 1, (first_row, own_rate)
 
 
 def test_ctrl_c_then_resume_goes_on_with_the_experiment(tmp_path):
