@@ -154,8 +154,9 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument(
         "--resume",
         action="store_true",
-        help="go on with the experiments of an interrupted run, kept in STORAGE_PATH/NAME: their unfinished "
-        "trials, each from its latest checkpoint (--checkpoint-freq); an experiment not found there starts",
+        help="go on with the experiments of a run stopped by Ctrl-C, kept in STORAGE_PATH/NAME, as they were started "
+        "(their stop criteria and configs): their unfinished trials, each from its latest checkpoint "
+        "(--checkpoint-freq); an experiment not found there starts",
     )
     train.add_argument(
         "--ray-address",
@@ -268,11 +269,6 @@ def train_command(args) -> int:
     # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
     # own, never some other `ray start` cluster that happens to run on this machine.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
-    if args.resume and (args.stop or args.config):
-        logger.warning(
-            "--resume: an interrupted run goes on as it was started (Tune keeps its stop criteria and trial configs): "
-            "--stop and --config apply only to experiments that start anew"
-        )
     if args.local_mode:
         logger.warning("--local-mode: dropped: Ray no longer has a local mode; the trials run in Ray's processes")
     ray.init(

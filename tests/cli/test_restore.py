@@ -107,7 +107,7 @@ def test_a_trial_goes_on_from_a_checkpoint_named_in_its_file(tmp_path):
 def test_ctrl_c_then_resume_goes_on_with_the_experiment(tmp_path):
     """Ctrl-C in a Tune run: it says how to go on; the same command with --resume goes on with
     the trial from its latest checkpoint (not from iteration 1) to the run's own stop criterion
-    (a --stop given now is not Tune's to apply, and a warning says so)."""
+    (a --stop given now is not Tune's to apply: it goes on to 100, not 50)."""
     tiny = tiny_main_job_file(tmp_path, rollout_length=16, iterations=100)
     args = ["train", "file", tiny, "--checkpoint-freq", "1", "--storage-path", str(tmp_path)]
     job, before = interrupted("rllib_gpuenv.cli.rllib", args, lambda out: any(row[0] >= 3 for row in rows(out)))
@@ -121,7 +121,6 @@ def test_ctrl_c_then_resume_goes_on_with_the_experiment(tmp_path):
 
     resumed = rllib(*args, "--resume", "--stop", '{"training_iteration": 50}')
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "--resume: an interrupted run goes on as it was started" in resumed.stderr  # its 100 iterations, not 50
     assert f"experiment 'tiny': resuming {tmp_path / 'tiny'}" in resumed.stdout
     went_on = [iteration for iteration, _, _ in rows(resumed.stdout)]
     assert went_on[-1] == 100 and 1 < min(went_on) <= stopped_at + 1, went_on
