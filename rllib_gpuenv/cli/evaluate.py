@@ -227,11 +227,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-steps", type=options.count(1), default=100_000, help="give up when episodes last longer (default: %(default)s)"
     )
+    old = parser.add_argument_group("old command lines (`rllib evaluate CHECKPOINT --algo PPO --env CartPole-v1 ...`)")
+    old.add_argument("--algo", "--run", dest="algo", help="checked: the checkpoint names its algorithm")
+    old.add_argument("--env", help="checked: the checkpoint names its env")
+    old.add_argument("--steps", type=int, help="refused with the replacement: evaluate plays whole episodes (--episodes)")
+    old.add_argument("--render", action="store_true", help="refused with the replacement: --video PATH")
     parser.set_defaults(func=_command)
+
+
+def _check_old_options(args) -> None:
+    """Old ``rllib evaluate`` options: ``--algo``/``--env`` must be what the checkpoint holds (it
+    names both now); ``--steps`` and ``--render`` name what replaces them."""
+    if args.steps is not None:
+        raise EvaluationError(
+            f"--steps {args.steps}: evaluate plays whole episodes, all at once: give --episodes N instead "
+            "(--max-steps caps an episode's length)"
+        )
+    if args.render:
+        raise EvaluationError("--render: evaluate records env 0's episode instead: --video out.mp4 (or .gif)")
+    if args.algo is None and args.env is None:
+        return
+    from rllib_gpuenv.rllib.checkpointing import CheckpointError, saved_config
+
+    try:
+        config = saved_config(args.checkpoint)
+    except CheckpointError as err:
+        raise EvaluationError(str(err)) from None
+    algo = config.algo_class.__name__
+    if args.algo is not None and args.algo != algo:
+        raise EvaluationError(f"--algo {args.algo}: {args.checkpoint} is a checkpoint of {algo}: drop --algo")
+    env = str(config.env)
+    if args.env is not None and args.env not in (env, env.split(":", 1)[-1]):
+        raise EvaluationError(f"--env {args.env}: {args.checkpoint} was trained on {env}, which it plays: drop --env")
 
 
 def _command(args) -> int:
     """A mistake (EvaluationError, a ValueError) ends as one line through the command's ``run_command``."""
+    _check_old_options(args)
     result = evaluate(args.checkpoint, args.episodes, args.device, args.video, args.seed, args.max_steps)
     print(result.summary())
     if result.video:

@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from rllib_gpuenv.cli import evaluate
 
-    evaluate.add_arguments(sub.add_parser("evaluate", help="play a checkpoint's policy: returns, and a video with --video"))
+    evaluate.add_arguments(
+        sub.add_parser("evaluate", aliases=["rollout"], help="play a checkpoint's policy: returns, and a video with --video")
+    )
     return parser
 
 

@@ -109,6 +109,26 @@ def test_rllib_gpuenv_evaluate_names_what_is_wrong(checkpoints, tmp_path):
     assert out.returncode == 2 and "--video out.avi: the file must end in .mp4 or .gif" in out.stderr, out.stderr[-2000:]
 
 
+def test_an_old_command_line_plays_or_names_what_replaced_its_options(checkpoints, tmp_path):
+    """`rllib rollout CHECKPOINT --run ALGO --env ENV` (RLlib's old spelling): --run and --env are
+    checked against the checkpoint, which names both; --steps and --render name their replacements."""
+
+    def rllib(*args):
+        return subprocess.run([os.path.join(BIN, "rllib"), *args], capture_output=True, text=True, cwd=tmp_path)
+
+    device = checkpoints["device"]
+    out = rllib("rollout", device, "--run", "DevicePPO", "--env", "GPUCartPole-v1", "--episodes", "2", "--device", "cpu")
+    assert out.returncode == 0 and "2 episodes: mean return" in out.stdout, out.stderr[-3000:]
+    for args, line in [
+        (["--algo", "PPO"], f"rllib: error: --algo PPO: {device} is a checkpoint of DevicePPO: drop --algo"),
+        (["--env", "CartPole-v1"], f"rllib: error: --env CartPole-v1: {device} was trained on GPUCartPole-v1, which"),
+        (["--steps", "1000"], "rllib: error: --steps 1000: evaluate plays whole episodes, all at once: give --episodes N"),
+        (["--render"], "rllib: error: --render: evaluate records env 0's episode instead: --video out.mp4 (or .gif)"),
+    ]:
+        out = rllib("evaluate", device, *args)
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(line), out.stderr[-2000:]
+
+
 def test_a_truncated_checkpoint_file_is_named(checkpoints, tmp_path):
     broken = shutil.copytree(checkpoints["device"], tmp_path / "broken")
     config_file = broken / "class_and_ctor_args.pkl"
