@@ -240,7 +240,7 @@ def experiments_from_args(args) -> list:
 
 def _restoring_from(checkpoint: str | None, experiments: list, source: str) -> list:
     """``--restore``: every experiment's trials start from ``checkpoint`` (checked per experiment:
-    its algorithm must be theirs)."""
+    its algorithm, env and model must be theirs)."""
     from rllib_gpuenv.experiments.restore import check_restore
     from rllib_gpuenv.experiments.spec import experiment_where
 
