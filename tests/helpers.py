@@ -163,10 +163,10 @@ def run_code(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return _forked("code", code, (), timeout)
 
 
-def interrupted(module: str, args: list[str], ready) -> tuple[subprocess.CompletedProcess, str]:
+def interrupted(module: str, args: list[str], ready, stop_signal=None) -> tuple[subprocess.CompletedProcess, str]:
     """``module``'s ``main(args)`` in a fresh interpreter (a command as a user runs it), sent
-    SIGINT (Ctrl-C) once ``ready(output so far)`` holds. Returns the finished process (its stdout
-    what came after the signal) and the output read before it."""
+    ``stop_signal`` (default SIGINT: Ctrl-C) once ``ready(output so far)`` holds. Returns the
+    finished process (its stdout what came after the signal) and the output read before it."""
     import signal
     import time
 
@@ -181,7 +181,7 @@ def interrupted(module: str, args: list[str], ready) -> tuple[subprocess.Complet
         while not ready(before):
             assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
             before += job.stdout.readline()
-        job.send_signal(signal.SIGINT)
+        job.send_signal(signal.SIGINT if stop_signal is None else stop_signal)
         out, err = job.communicate(timeout=600)
     finally:
         job.kill()

@@ -113,13 +113,16 @@ class StopAfterThisIteration:
 
 
 class TuneInterrupted:
-    """Whether Ctrl-C stopped the Ray Tune runs inside the ``with`` (read ``happened`` after it).
+    """Whether Ctrl-C (or SIGTERM) stopped the Ray Tune runs inside the ``with`` (read ``happened``
+    after it).
 
     Tune stops a run on SIGINT itself: each run installs a handler of its own (in the main thread,
     unless ``TUNE_DISABLE_SIGINT_HANDLER`` is set), which saves the experiment's state, ends the
     run and puts the previous handler back; a run that ends otherwise leaves its handler in
     place. The trials of an interrupted run end TERMINATED, as finished ones do, so the handler
-    is what tells them apart."""
+    is what tells them apart. SIGTERM (``ray job stop``, a scheduler's kill) is turned into that
+    SIGINT here, so that a stopped job too saves its state on the way out and ``--resume`` goes
+    on from its trials' checkpoints; Tune alone would die at once, leaving older state."""
 
     def __enter__(self) -> TuneInterrupted:
         self.happened = False
@@ -127,7 +130,14 @@ class TuneInterrupted:
         self._watched = threading.current_thread() is threading.main_thread() and not int(
             os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0")
         )
+        self._term = signal.signal(signal.SIGTERM, _as_sigint) if self._watched else None
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._term is not None:
+            signal.signal(signal.SIGTERM, self._term)
         self.happened = self._watched and signal.getsignal(signal.SIGINT) is self._before
+
+
+def _as_sigint(signum, frame) -> None:
+    signal.raise_signal(signal.SIGINT)

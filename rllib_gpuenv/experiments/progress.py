@@ -94,7 +94,8 @@ class ResultRows(ProgressReporter):
     Env-steps/s is over the span since the trial's previous row (env steps and training time
     both grow by what that span added), so it follows the run rather than averaging from the
     start; a trial's first row has its own iteration's (a trial restored from a checkpoint
-    starts with the checkpoint's env steps, not with 0). A return of ``-`` means no episode has
+    starts with the checkpoint's env steps, not with 0), as has a row after a trial went back to
+    an earlier checkpoint (``--resume``). A return of ``-`` means no episode has
     ended yet.
     """
 
@@ -143,7 +144,7 @@ class ResultRows(ProgressReporter):
             return
         steps = float(lookup(result, ENV_STEPS_METRIC, lookup(result, NUM_ENV_STEPS_SAMPLED_LIFETIME, math.nan)))
         seconds = float(result.get(TIME_TOTAL_S, math.nan))
-        if last is None:  # this iteration's own
+        if last is None or iteration < last[0]:  # the trial's first row, or it went back to a checkpoint: its own
             previous_steps = steps - float(lookup(result, f"{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED}", steps))
             previous_seconds = seconds - float(result.get(TIME_THIS_ITER_S, seconds))
         else:
