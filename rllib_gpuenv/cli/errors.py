@@ -89,27 +89,35 @@ def _run(prog: str, func, args) -> int:
 
 
 class StopAfterThisIteration:
-    """Ctrl-C during a training loop: the first asks it to stop after the current iteration (and
-    save); a second quits at once. Use as a context manager around the loop and read ``requested``."""
+    """Ctrl-C (or SIGTERM, as ``ray job stop`` sends) during a training loop: the first asks it to
+    stop after the current iteration (and save); a second quits at once. Use as a context manager
+    around the loop and read ``requested``."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, message: str = "stopping after this iteration and saving a checkpoint (Ctrl-C again to quit at once)"):
-        self.message, self.requested, self._previous = message, False, None
+        self.message, self.requested, self._previous = message, False, {}
 
     def __enter__(self) -> StopAfterThisIteration:
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
-            self._previous = signal.signal(signal.SIGINT, self._interrupted)
+            self._previous = {sig: signal.signal(sig, self._interrupted) for sig in self.SIGNALS}
         return self
 
     def _interrupted(self, signum, frame) -> None:
         if self.requested:
-            signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
+            self._restore()
             raise KeyboardInterrupt
         self.requested = True
         print(f"\n{self.message}", file=sys.stderr, flush=True)
 
+    def _restore(self) -> None:
+        for sig, previous in self._previous.items():
+            default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, previous if previous is not None else default)
+        self._previous = {}
+
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        self._restore()
 
 
 class TuneInterrupted:

@@ -3,6 +3,7 @@ and says how to go on (the main job), and a resumed run that goes on where it st
 
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -46,10 +47,16 @@ def test_a_missing_video_extra_is_one_line_naming_the_install(tmp_path):
     assert line == 'rllib-gpuenv: error: pygame is not installed: pip install "rllib_gpuenv[video]"', line
 
 
-def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path, stop_signal):
+    """Ctrl-C, or SIGTERM as `ray job stop` sends, stops the main job after its iteration and saves."""
     tiny = tiny_main_job_file(tmp_path, rollout_length=8, iterations=100_000)
     args = ["train", "--config-file", tiny, "--device", "cpu", "--storage-path", str(tmp_path)]
-    job, _ = interrupted("rllib_gpuenv.cli.main", args, lambda out: any(line.startswith("iter ") for line in out.splitlines()))
+
+    def started(out: str) -> bool:
+        return any(line.startswith("iter ") for line in out.splitlines())
+
+    job, _ = interrupted("rllib_gpuenv.cli.main", args, started, stop_signal)
     out, err = job.stdout, job.stderr
     assert job.returncode == 0 and "Traceback" not in err, err[-3000:]
     assert "stopping after this iteration and saving a checkpoint (Ctrl-C again to quit at once)" in err
