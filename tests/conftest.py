@@ -48,12 +48,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # xdist's order, which puts the files with the most tests first).
 LONGEST_FIRST = [  # summed test seconds per file, from a fresh clone (caches empty) on a slow 2-core machine, 2026-11-26
     "rllib/test_learners.py",  # 179
+    "cli/test_job_submit.py",  # 110-180 since its second job (stopped, then --resume'd; 70 alone): the agent's readiness
     "bench/test_benchmarks.py",  # 157
     "bench/test_training_races.py",  # 156
     "rllib/test_training.py",  # 149
     "cli/test_rllib_train.py",  # 144
     "rllib/test_cluster.py",  # 116
-    "cli/test_job_submit.py",  # 65-135: the job agent's readiness depends on the machine's load
     "test_examples.py",  # 79
     "rllib/test_jax_envs.py",  # 70 with JAX's compilation cache empty (CI), ~34 with it warm
     "rllib/test_brax_envs.py",  # 68 with JAX's compilation cache empty (CI), ~18 with it warm

@@ -1,4 +1,5 @@
-"""The README's `ray job submit` recipe, run line by line on a real head (token authentication).
+"""The README's `ray job submit` recipe, run line by line on a real head (token authentication),
+and a job stopped early going on when submitted again with `--resume`.
 
 The lines are read from README.md, so the test and the README cannot drift. They run as written,
 in a shell in the repository, with the test's own PATH (no venv on it). Three things differ, none
@@ -8,7 +9,8 @@ processes are this test's children and it stops exactly them (SIGTERM, which `ra
 passes on to them) instead of running the README's `ray stop`, which stops every Ray process on
 the machine, and a temp dir of its own, so that no `ray.init()` elsewhere on the machine (later
 tests included) takes this head, or its stale address, for the local cluster; and HOME is a
-temporary folder, where Tune writes the job's results.
+temporary folder, where Tune writes the job's results. The head gives a stopped job 60 s rather
+than 3 to end before it is killed, so that a loaded machine does not decide the test.
 
 Readiness is waited for, never assumed: the head's start, then the job agent (a submit answered
 "No available agent to submit job" is retried). The deadlines only stop a test that would hang.
@@ -74,6 +76,8 @@ def recipe_and_head(tmp_path):
         RAY_USAGE_STATS_ENABLED="0",
         AUTOSCALER_METRIC_PORT=str(free_port()),
         DASHBOARD_METRIC_PORT=str(free_port()),
+        # `ray job stop` sends SIGTERM, then SIGKILL 3 s later; a loaded machine gets longer to save
+        RAY_JOB_STOP_WAIT_TIME_S="60",
     )
     exported = bash(recipe["export"] + '; printf "%s %s" "$RAY_AUTH_MODE" "$RAY_AUTH_TOKEN"', env, timeout=60)
     env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN"] = exported.stdout.split()
@@ -113,6 +117,11 @@ def submit_when_the_agent_is_ready(line: str, env: dict) -> subprocess.Completed
         time.sleep(2)
 
 
+def iterations(text: str) -> list[int]:
+    """The iterations of the progress rows a job printed."""
+    return [int(m) for m in re.findall(r"^DevicePPO_\S+\s+(\d+)\s", text, re.M)]
+
+
 def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head):
     recipe, env = recipe_and_head
     submitted = submit_when_the_agent_is_ready(recipe["submit"], env)
@@ -132,3 +141,30 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head)
 
     stopped = bash(recipe["stop"].replace("<id>", job_id), env, timeout=300)  # a finished job: nothing to stop
     assert job_id in stopped.stdout + stopped.stderr, stopped.stdout + stopped.stderr
+
+    # The stop line's comment: a job stopped early goes on when submitted again with --resume.
+    longer = recipe["submit"].replace(
+        """--stop '{"training_iteration": 20}'""",
+        # a return the file's 475 never reaches, so that only the 200 iterations end it
+        f"""--stop '{{"training_iteration": 200, "env_runners/episode_return_mean": 1000}}' --checkpoint-freq 2 """
+        f"""--storage-path {env["HOME"]}/stopped""",
+    )
+    assert longer != recipe["submit"]
+    running = submit_when_the_agent_is_ready(longer, env)
+    assert running.returncode == 0, running.stdout[-2000:] + running.stderr[-3000:]
+    running_id = re.search(r"raysubmit_\w+", running.stdout + running.stderr).group(0)
+    deadline = time.monotonic() + HANG_GUARD_S  # the wait is for the job's fifth row, not for a time
+    while max(iterations(bash(recipe["logs"].replace("--follow <id>", running_id), env).stdout), default=0) < 5:
+        assert time.monotonic() < deadline, "the job printed no fifth row"
+        time.sleep(2)
+    bash(recipe["stop"].replace("<id>", running_id), env, timeout=300)
+    logs = bash(recipe["logs"].replace("<id>", running_id), env).stdout  # --follow: until the job has ended
+    assert "interrupted: the same command with --resume goes on with its unfinished trials" in logs, logs[-3000:]
+    stopped_at = max(iterations(logs))
+    assert stopped_at < 200, logs[-3000:]
+
+    resumed = submit_when_the_agent_is_ready(longer.replace("--no-wait", "") + " --resume", env)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout and ": TERMINATED after 200 iteration(s)" in resumed.stdout, resumed.stdout[-5000:]
+    went_on = iterations(resumed.stdout)
+    assert went_on and 1 < min(went_on) <= stopped_at + 1, went_on  # from a checkpoint, not from iteration 1
