@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 def check_restore(path, config, where: str, base_dir: str = ".", key: str = "restore") -> str:
     """The checkpoint ``path`` (relative to ``base_dir``) as an absolute path, after checking that
     its files can be read and that it fits ``config`` (an AlgorithmConfig): the same algorithm,
-    env and model (its weights fit no other network); else an ``ExperimentError`` naming ``key``."""
+    env and networks (``network_settings``: its weights fit no others); else an
+    ``ExperimentError`` naming ``key``."""
     from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_files, saved_config
 
     if not isinstance(path, (str, os.PathLike)) or not str(path):
@@ -57,14 +58,29 @@ def check_restore(path, config, where: str, base_dir: str = ".", key: str = "res
             f"{path} was trained on {saved.env}, but the experiment runs {config.env}: its networks are sized for "
             f"its env's spaces: restore it into an experiment on {saved.env}",
         )
-    if saved.model_config != config.model_config:
+    theirs, ours = network_settings(saved), network_settings(config)
+    differ = [name for name in ours if theirs[name] != ours[name]]
+    if differ:
         raise key_error(
             where,
             key,
-            f"{path} holds the networks of model_config {saved.model_config}, but the experiment builds "
-            f"{config.model_config}: set the experiment's model_config to the checkpoint's",
+            f"{path} holds networks built with {', '.join(f'{n}={theirs[n]!r}' for n in differ)}, but the experiment "
+            f"builds {', '.join(f'{n}={ours[n]!r}' for n in differ)}: set them in its model_config as the checkpoint has them",
         )
     return path
+
+
+def network_settings(config) -> dict:
+    """The ``model_config`` settings that shape RLlib's default networks: ``DefaultModelConfig``'s
+    fields, its defaults filled in (an unset ``fcnet_hiddens`` is [256, 256]). What an algorithm
+    adds there besides (DQN's epsilon schedule) does not decide whether weights fit."""
+    import dataclasses
+
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    given = config.model_config
+    given = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given or {})
+    return {name: given.get(name, default) for name, default in dataclasses.asdict(DefaultModelConfig()).items()}
 
 
 def restore_on_init(*, algorithm, checkpoint: str, **kwargs) -> None:

@@ -45,8 +45,8 @@ def test_a_checkpoint_that_does_not_fit_is_refused_before_ray_starts(tmp_path):
     assert "gpu_cartpole_dqn.yaml: experiment 'gpu-cartpole-dqn': --restore: " in errors[0]
     assert "is a checkpoint of DevicePPO, but the experiment runs DeviceDQN: set `run: DevicePPO`" in errors[0]
     assert "was trained on rllib_gpuenv:GPUCartPole-v1, but the experiment runs rllib_gpuenv:GPUPendulum-v1" in errors[1]
-    assert "holds the networks of model_config {'vf_share_layers': False, 'fcnet_hiddens': [8]}" in errors[2]
-    assert "set the experiment's model_config to the checkpoint's" in errors[2]
+    assert "holds networks built with fcnet_hiddens=[8], but the experiment builds fcnet_hiddens=[64, 64]" in errors[2]
+    assert "set them in its model_config as the checkpoint has them" in errors[2]
     assert "Started a local Ray instance" not in out.stderr and not os.path.exists(tmp_path / "results")
 
 
@@ -57,6 +57,18 @@ def test_a_path_that_is_not_a_checkpoint_is_named():
     parent = os.path.dirname(SMALL_CHECKPOINT)  # a folder above checkpoints: they are listed
     with pytest.raises(ExperimentError, match=r"not an RLlib algorithm checkpoint .*checkpoints below it, newest first: "):
         check_restore(parent, experiment.config, "x")
+
+
+def test_networks_are_compared_with_rllib_s_defaults_filled_in():
+    """The checkpoint left fcnet_activation unset (RLlib's default: tanh): an experiment that names
+    tanh builds the same networks, one that names relu does not."""
+    (experiment,) = load_experiments(config_file("gpu_cartpole_ppo.yaml"))
+    config = experiment.config.copy(copy_frozen=False)
+    config.rl_module(model_config={"fcnet_hiddens": [8], "fcnet_activation": "tanh"})
+    assert check_restore(SMALL_CHECKPOINT, config, "x") == SMALL_CHECKPOINT
+    config.rl_module(model_config={"fcnet_hiddens": [8], "fcnet_activation": "relu"})
+    with pytest.raises(ExperimentError, match=r"fcnet_activation='tanh', but the experiment builds fcnet_activation='relu'"):
+        check_restore(SMALL_CHECKPOINT, config, "x")
 
 
 def test_more_envs_than_the_checkpoint_had_start_new_episodes(caplog):

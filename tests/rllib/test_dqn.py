@@ -8,7 +8,7 @@ import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
 
 from rllib_gpuenv.experiments import load_config, load_experiments
-from rllib_gpuenv.experiments.restore import restoring
+from rllib_gpuenv.experiments.restore import check_restore, restoring
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
 
@@ -105,6 +105,8 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
     finally:
         algo.stop()
+    if restore == "on_algorithm_init":  # `rllib train --restore`'s check: epsilon is in DQN's model_config, no network's
+        check_restore(path, small_config().training(epsilon=[[0, 0.5], [100, 0.01]]), "x")
     restored = DeviceDQN.from_checkpoint(path) if restore == "from_checkpoint" else restoring(config, path).build_algo()
     try:
         assert restored.learner_group._learner.last_update_ts_by_mid == target_updated_at  # RLlib's learner forgets it
