@@ -156,7 +156,7 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument(
         "--resume",
         action="store_true",
-        help="go on with the experiments of a run stopped by Ctrl-C, kept in STORAGE_PATH/NAME, as they were started "
+        help="go on with the experiments of a run stopped by Ctrl-C or SIGTERM, kept in STORAGE_PATH/NAME, as started "
         "(their stop criteria and configs): their unfinished trials, each from its latest checkpoint "
         "(--checkpoint-freq); an experiment not found there starts",
     )
