@@ -43,31 +43,38 @@ def check_restore(path, config, where: str, base_dir: str = ".", key: str = "res
         saved = saved_config(path)
     except CheckpointError as err:
         raise key_error(where, key, str(err)) from None
-    ours, theirs = config.algo_class.__name__, saved.algo_class.__name__
-    if theirs != ours:
+    algo, saved_algo = config.algo_class.__name__, saved.algo_class.__name__
+    if saved_algo != algo:
         raise key_error(
             where,
             key,
-            f"{path} is a checkpoint of {theirs}, but the experiment runs {ours}: set `run: {theirs}` or restore a "
-            f"{ours} checkpoint",
+            f"{path} is a checkpoint of {saved_algo}, but the experiment runs {algo}: set `run: {saved_algo}` or "
+            f"restore a {algo} checkpoint",
         )
-    if saved.env != config.env:
+    if _env_id(saved.env) != _env_id(config.env):
         raise key_error(
             where,
             key,
             f"{path} was trained on {saved.env}, but the experiment runs {config.env}: its networks are sized for "
             f"its env's spaces: restore it into an experiment on {saved.env}",
         )
-    theirs, ours = network_settings(saved), network_settings(config)
-    differ = [name for name in ours if theirs[name] != ours[name]]
+    networks, saved_networks = network_settings(config), network_settings(saved)
+    differ = [name for name in networks if saved_networks[name] != networks[name]]
     if differ:
         raise key_error(
             where,
             key,
-            f"{path} holds networks built with {', '.join(f'{n}={theirs[n]!r}' for n in differ)}, but the experiment "
-            f"builds {', '.join(f'{n}={ours[n]!r}' for n in differ)}: set them in its model_config as the checkpoint has them",
+            f"{path} holds networks built with {', '.join(f'{n}={saved_networks[n]!r}' for n in differ)}, but the "
+            f"experiment builds {', '.join(f'{n}={networks[n]!r}' for n in differ)}: set them in its model_config as "
+            "the checkpoint has them",
         )
     return path
+
+
+def _env_id(env):
+    """A gymnasium id without the module gymnasium imports first (``rllib_gpuenv:GPUCartPole-v1``
+    and ``GPUCartPole-v1`` are one env); anything else (a class, a callable) as it is."""
+    return env.split(":", 1)[-1] if isinstance(env, str) else env
 
 
 def network_settings(config) -> dict:

@@ -61,9 +61,11 @@ def test_a_path_that_is_not_a_checkpoint_is_named():
 
 def test_networks_are_compared_with_rllib_s_defaults_filled_in():
     """The checkpoint left fcnet_activation unset (RLlib's default: tanh): an experiment that names
-    tanh builds the same networks, one that names relu does not."""
-    (experiment,) = load_experiments(config_file("gpu_cartpole_ppo.yaml"))
-    config = experiment.config.copy(copy_frozen=False)
+    tanh builds the same networks, one that names relu does not. Its env, named
+    `rllib_gpuenv:GPUCartPole-v1`, is the env a Python config names `GPUCartPole-v1`."""
+    from rllib_gpuenv.rllib import DevicePPOConfig
+
+    config = DevicePPOConfig().environment("GPUCartPole-v1")
     config.rl_module(model_config={"fcnet_hiddens": [8], "fcnet_activation": "tanh"})
     assert check_restore(SMALL_CHECKPOINT, config, "x") == SMALL_CHECKPOINT
     config.rl_module(model_config={"fcnet_hiddens": [8], "fcnet_activation": "relu"})
