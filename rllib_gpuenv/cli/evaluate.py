@@ -247,6 +247,7 @@ def _check_old_options(args) -> None:
         raise EvaluationError("--render: evaluate records env 0's episode instead: --video out.mp4 (or .gif)")
     if args.algo is None and args.env is None:
         return
+    from rllib_gpuenv.experiments.envs import unqualified_env_id
     from rllib_gpuenv.rllib.checkpointing import CheckpointError, saved_config
 
     try:
@@ -256,9 +257,8 @@ def _check_old_options(args) -> None:
     algo = config.algo_class.__name__
     if args.algo is not None and args.algo != algo:
         raise EvaluationError(f"--algo {args.algo}: {args.checkpoint} is a checkpoint of {algo}: drop --algo")
-    env = str(config.env)
-    if args.env is not None and args.env not in (env, env.split(":", 1)[-1]):
-        raise EvaluationError(f"--env {args.env}: {args.checkpoint} was trained on {env}, which it plays: drop --env")
+    if args.env is not None and unqualified_env_id(args.env) != unqualified_env_id(config.env):
+        raise EvaluationError(f"--env {args.env}: {args.checkpoint} was trained on {config.env}, which it plays: drop --env")
 
 
 def _command(args) -> int:

@@ -56,6 +56,14 @@ def rllib_env_id(env: Any, where: str = "<command line>") -> Any:
     return env
 
 
+def unqualified_env_id(env: Any) -> Any:
+    """One of our ids without the module ``rllib_env_id`` puts before it
+    (``rllib_gpuenv:GPUCartPole-v1`` -> ``GPUCartPole-v1``): a config written in Python may name
+    the same env either way. Anything else as it is."""
+    prefix = f"{PACKAGE}:"
+    return env[len(prefix) :] if isinstance(env, str) and env.startswith(prefix) else env
+
+
 def check_env(env: Any, where: str) -> None:
     """Fail now, not inside a trial, when ``env`` is neither a gymnasium id nor a Tune-registered env."""
     import gymnasium as gym

@@ -23,6 +23,7 @@ import logging
 import os
 from pathlib import Path
 
+from rllib_gpuenv.experiments.envs import unqualified_env_id
 from rllib_gpuenv.experiments.errors import key_error
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def check_restore(path, config, where: str, base_dir: str = ".", key: str = "res
             f"{path} is a checkpoint of {saved_algo}, but the experiment runs {algo}: set `run: {saved_algo}` or "
             f"restore a {algo} checkpoint",
         )
-    if _env_id(saved.env) != _env_id(config.env):
+    if unqualified_env_id(saved.env) != unqualified_env_id(config.env):
         raise key_error(
             where,
             key,
@@ -69,12 +70,6 @@ def check_restore(path, config, where: str, base_dir: str = ".", key: str = "res
             "the checkpoint has them",
         )
     return path
-
-
-def _env_id(env):
-    """A gymnasium id without the module gymnasium imports first (``rllib_gpuenv:GPUCartPole-v1``
-    and ``GPUCartPole-v1`` are one env); anything else (a class, a callable) as it is."""
-    return env.split(":", 1)[-1] if isinstance(env, str) else env
 
 
 def network_settings(config) -> dict:
