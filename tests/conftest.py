@@ -64,7 +64,7 @@ LONGEST_FIRST = [  # summed test seconds per file, from a fresh clone (caches em
     "rllib/test_resume.py",  # 55
     "rllib/test_dqn.py",  # 46
     "cli/test_command_endings.py",  # 43
-    "cli/test_restore.py",  # 52 alone (2026-11-27)
+    "cli/test_restore.py",  # ~80 alone (2026-11-27)
     "cli/test_evaluate.py",  # 33
     "backends/test_cuda_compile.py",  # 32
 ]

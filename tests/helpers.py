@@ -5,9 +5,11 @@ import glob
 import inspect
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 from rllib_gpuenv.experiments.checks import is_known_metric, known_metric_names
 
@@ -163,13 +165,12 @@ def run_code(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return _forked("code", code, (), timeout)
 
 
-def interrupted(module: str, args: list[str], ready, stop_signal=None) -> tuple[subprocess.CompletedProcess, str]:
+def interrupted(
+    module: str, args: list[str], ready, stop_signal: int = signal.SIGINT
+) -> tuple[subprocess.CompletedProcess, str]:
     """``module``'s ``main(args)`` in a fresh interpreter (a command as a user runs it), sent
     ``stop_signal`` (default SIGINT: Ctrl-C) once ``ready(output so far)`` holds. Returns the
     finished process (its stdout what came after the signal) and the output read before it."""
-    import signal
-    import time
-
     run = f"import sys\nfrom {module} import main\nsys.exit(main({list(args)!r}))"
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
     job = subprocess.Popen(
@@ -181,7 +182,7 @@ def interrupted(module: str, args: list[str], ready, stop_signal=None) -> tuple[
         while not ready(before):
             assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
             before += job.stdout.readline()
-        job.send_signal(signal.SIGINT if stop_signal is None else stop_signal)
+        job.send_signal(stop_signal)
         out, err = job.communicate(timeout=600)
     finally:
         job.kill()

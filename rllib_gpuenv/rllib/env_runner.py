@@ -636,20 +636,18 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         """Put the envs where ``rollout_state()`` found them (the same env). A checkpoint of
         another number of envs (a run going on from it with more or fewer) restores only the
         episode window: the envs start new episodes."""
-        if saved["obs"].shape[0] != self.num_envs:
+        if saved["obs"].shape[0] == self.num_envs:
+            self.env.unwrapped.set_state(saved["env"])
+            self._rollout_graph = None  # the envs' buffers and constants may be others now: record anew
+            self._obs = saved["obs"].to(self._device)
+            self._steps.resume(saved["prev_done"], saved.get("episodes_so_far"), self._device)
+        else:
             logger.warning(
                 "The checkpoint holds %d envs, this env runner has %d: its envs start new episodes "
                 "(the weights, optimizer and counters are restored)",
                 saved["obs"].shape[0],
                 self.num_envs,
             )
-            self._recent_episodes.clear()
-            self._recent_episodes.extend(saved["recent_episodes"])
-            return
-        self.env.unwrapped.set_state(saved["env"])
-        self._rollout_graph = None  # the envs' buffers and constants may be others now: record anew
-        self._obs = saved["obs"].to(self._device)
-        self._steps.resume(saved["prev_done"], saved.get("episodes_so_far"), self._device)
         self._recent_episodes.clear()
         self._recent_episodes.extend(saved["recent_episodes"])
 
