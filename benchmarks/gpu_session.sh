@@ -10,7 +10,7 @@
 # the budget cuts is missing from the archive, listed in cut.txt and "unmeasured" in targets.txt,
 # never guessed; timings.txt says what each command took. GPU_ONLY names the benchmarks to run
 # (block_size scaling sampling update ops scaling_breakout breakdown training ppo_eager_step
-# training_dqn training_purejaxrl training_purejaxrl_dqn training_pendulum ppo_512envs learners), the rest skipped. Two calls fill a lease:
+# training_dqn training_purejaxrl training_purejaxrl_dqn training_pendulum training_sac ppo_512envs learners), the rest skipped. Two calls fill a lease:
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "tests bench"      (timeout_s 420)
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "training"         (timeout_s 420)
 # the second at once, while the machine is warm (30 s). benchmarks/RESULTS.md ("On a GPU") says
@@ -20,7 +20,8 @@
 #             array written in place by the kernel included, no host sync per step or per rollout
 #             step, PPO trained on the GPU and restored on a CPU, two env runners sharing the GPU,
 #             a colocated learner actor stepping its envs on the GPU, the PPO and DQN updates
-#             captured as CUDA graphs against the eager ones: the same weights, host syncs per
+#             captured as CUDA graphs against the eager ones: the same weights (SAC's, which
+#             draws random numbers in its step: weights alike), host syncs per
 #             update, not per step, a step that cannot be captured falling back, a learner with
 #             its own gradient postprocessing left uncaptured, numba-cuda's kernel compiled when
 #             the env is made (no step compiles again), its recorded launch replayed bit for bit
@@ -39,7 +40,7 @@
 #             iteration breakdown;
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, gpu_cartpole_ppo_512envs.yaml), DQN,
 #             PureJaxRL's PPO and DQN on the image's JAX (the fastest on a CPU: one XLA program each),
-#             Pendulum PPO to -300, and the first PPO file with the gradient step eager
+#             Pendulum PPO and SAC to -300, and the first PPO file with the gradient step eager
 #             (cuda_graphs false), on the device path, 3 seeds each, with the GPU's utilisation
 #             sampled every 0.2 s;
 #   learners  one learner in the driver against one colocated learner actor on the GPU and the
@@ -134,6 +135,7 @@ run)
             bench 60 training_purejaxrl training training --contenders purejaxrl --budget 20
             bench 90 training_purejaxrl_dqn training --task cartpole-dqn --contenders purejaxrl --budget 20
             bench 120 . training_pendulum training --task pendulum-ppo --contenders device --budget 40
+            bench 120 . training_sac training --task pendulum-sac --contenders device --budget 40
             sed 's/^    use_kl_loss: false.*/&\n    cuda_graphs: false/' configs/gpu_cartpole_ppo.yaml > "$RES/ppo_eager_step.yaml"
             grep -q '^    cuda_graphs: false' "$RES/ppo_eager_step.yaml" || echo "ppo_eager_step.yaml: cuda_graphs not set" >&2
             bench 120 ppo_eager_step training training --contenders device --budget 30 --device-config "$RES/ppo_eager_step.yaml"

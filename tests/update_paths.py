@@ -9,8 +9,8 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from rllib_gpuenv.bench import update
 from rllib_gpuenv.bench.update import CAPTURED, LEAN, RLLIB  # noqa: F401 (the paths, for the tests)
-from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
-from rllib_gpuenv.rllib.dqn import WEIGHTS, n_step_transitions
+from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig, DeviceSACConfig
+from rllib_gpuenv.rllib.device_replay import WEIGHTS, n_step_transitions
 from rllib_gpuenv.rllib.learner import rollout_batch
 
 COMPARED = (
@@ -30,6 +30,12 @@ COMPARED = (
     "qf_min",
     "td_error_mean",
     "gradients_default_optimizer_global_norm",
+    "alpha_loss",
+    "alpha_value",
+    "logps",
+    "qf_twin_loss",
+    "gradients_qf_global_norm",
+    "gradients_policy_global_norm",
 )
 STATIC = "ours: static-buffer step"  # the step a GPU captures, run uncaptured on a CPU
 
@@ -109,18 +115,34 @@ def storage(learner) -> dict[str, int]:
 def dqn_updates(
     path: str, double_q: bool, loss: str, clip_by: str = "global_norm", device: str = "cpu"
 ) -> tuple[dict, list[dict], object]:
-    """Weights and metrics after three updates of 16 minibatches (the target network updated
-    between them) of a new DeviceDQN learner, on transitions from its own env runner; and the
-    learner, with ``storage`` after its first update and after its last (``learner.storages``)."""
+    """``replay_updates`` of a new DeviceDQN learner, its target network updated between them."""
     config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner=device, env_runners=device).debugging(seed=0)
     clip = {"global_norm": 2.0, "norm": 1.0, "value": 0.05}[clip_by]  # each clips some steps' gradients
     config.training(double_q=double_q, td_error_loss_fn=loss, target_network_update_freq=256)
     config.training(grad_clip=clip, grad_clip_by=clip_by)
+    return replay_updates(config, path)
+
+
+def sac_updates(path: str, grad_clip: float | None = None, device: str = "cpu") -> tuple[dict, list[dict], object]:
+    """``replay_updates`` of a new DeviceSAC learner (Pendulum, minibatches of 128), its target
+    networks moved after each update."""
+    config = DeviceSACConfig().environment("GPUPendulum-v1").devices(learner=device, env_runners=device).debugging(seed=0)
+    config.training(train_batch_size_per_learner=128, grad_clip=grad_clip, grad_clip_by="global_norm")
+    return replay_updates(config, path)
+
+
+def replay_updates(config, path: str) -> tuple[dict, list[dict], object]:
+    """Weights and metrics after three updates of 16 minibatches of 128 of a new learner of
+    ``config`` (DeviceDQN's or DeviceSAC's), on transitions from its own env runner; and the
+    learner, with ``storage`` after its first update and after its last (``learner.storages``)
+    and its weights before the first (``learner.start_weights``)."""
     algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
         use(learner, path)
         assert learner.lean_update_applies() == (path != RLLIB)
+        learner.start_weights = {k: v.detach().clone() for k, v in learner.module["default_policy"].state_dict().items()}
+        torch.manual_seed(0)  # SAC's losses draw actions: each path the same ones
         results = []
         for i in range(3):
             batch = n_step_transitions(algo.env_runner.sample(), config.n_step, config.gamma)

@@ -276,7 +276,7 @@ def device_path(config, iterations: int) -> dict:
 
 def _time_device_phases(algo, iterations: int, is_ppo: bool):
     """``_train`` with the device path's training-step phases timed where they run."""
-    from rllib_gpuenv.rllib import dqn
+    from rllib_gpuenv.rllib import device_replay
 
     runner = algo.env_runner
     clock = PhaseClock(runner._device)
@@ -287,7 +287,7 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
         clock.wrap(algo, "update_learners", "update")
     else:  # the learner's round: n-step transitions and its replay buffer (training data), then its update
         clock.wrap(algo.learner_group._learner, "update_on_draws", "update")  # the lean update or RLlib's
-        clock.wrap(dqn, "n_step_transitions", "training data")
+        clock.wrap(device_replay, "n_step_transitions", "training data")
     try:
         algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)
         if not is_ppo:
@@ -295,7 +295,7 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
             clock.wrap(algo.learner_group._learner._replay, "sample", "training data")
         return _train(algo, iterations, clock)
     finally:
-        clock.unwrap()  # dqn.n_step_transitions is the module's own function again
+        clock.unwrap()  # device_replay.n_step_transitions is the module's own function again
 
 
 def _device_sampling_pieces(runner, T: int, rollouts: float) -> dict[str, float]:

@@ -13,6 +13,10 @@ Tasks (``--task``):
   example stops). ``device``: DevicePPO on GPUPendulum-v1 (``configs/gpu_pendulum_ppo.yaml``);
   ``stock-rllib``: stock RLlib PPO on gymnasium's Pendulum-v1 (``configs/pendulum_stock_rllib.yaml``,
   RLlib's example); ``sb3``: SB3 PPO with RL-Zoo's Pendulum-v1 hyperparameters.
+* ``pendulum-sac``: SAC on Pendulum, target -300. ``device``: DeviceSAC on GPUPendulum-v1
+  (``configs/gpu_pendulum_sac.yaml``: the replay buffer on the learner's device);
+  ``device-ppo``: DevicePPO on the same envs (``configs/gpu_pendulum_ppo.yaml``), the on-policy
+  way; ``sb3``: SB3 SAC with RL-Zoo's Pendulum-v1 hyperparameters.
 * ``cartpole-dqn``: DQN on CartPole, target 475. ``device``: DeviceDQN on GPUCartPole-v1 with the
   settings of ``configs/gpu_cartpole_dqn.yaml``, read when the benchmark runs (``--device-config``
   names another file); ``stock-rllib``: stock RLlib DQN on gymnasium's CartPole-v1
@@ -65,7 +69,7 @@ RANDOM_BUDGET_S = 30.0  # a random policy's curve is flat: this long is enough t
 class SB3Setup:
     """Stable-Baselines3 with RL-Zoo's hyperparameters for one env (rl-baselines3-zoo, hyperparams/)."""
 
-    algo: str  # "PPO" or "DQN"
+    algo: str  # "PPO", "DQN" or "SAC"
     env: str
     n_envs: int
     hyperparameters: dict
@@ -165,6 +169,20 @@ TASKS = {
                     sde_sample_freq=4,
                 ),
             ),
+        ),
+        Task(
+            name="pendulum-sac",
+            target=-300.0,
+            start_return=-1200.0,
+            contenders={
+                "device": "ours: device path (DeviceSAC)",
+                "device-ppo": "ours: device path (DevicePPO)",
+                "sb3": "Stable-Baselines3 SAC (RL-Zoo)",
+            },
+            config_files={"device": "gpu_pendulum_sac.yaml", "device-ppo": "gpu_pendulum_ppo.yaml"},
+            # RL-Zoo's Pendulum-v1 SAC: SB3's defaults (one env, a gradient step of 256 per env step,
+            # 256x256 networks, learning from step 100) and lr 1e-3, for 20k steps
+            sb3=SB3Setup("SAC", "Pendulum-v1", n_envs=1, total_timesteps=20_000, hyperparameters=dict(learning_rate=1e-3)),
         ),
         Task(
             name="cartpole-dqn",
@@ -741,7 +759,8 @@ def add_arguments(parser) -> None:
         "--task",
         choices=list(TASKS),
         default=DEFAULT_TASK,
-        help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; cartpole-dqn: DQN to 475; "
+        help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; pendulum-sac: SAC to -300, "
+        "beside DevicePPO; cartpole-dqn: DQN to 475; "
         "breakout-ppo: PPO on gymnax's MinAtar Breakout to 30, against a random policy; inverted-pendulum-ppo: "
         "PPO on Brax's inverted_pendulum to 950, against a random policy",
     )

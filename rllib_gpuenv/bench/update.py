@@ -1,4 +1,4 @@
-"""Time per gradient step of the PPO and DQN updates: the lean update, RLlib's update, plain torch (PPO).
+"""Time per gradient step of the PPO, DQN and SAC updates: the lean update, RLlib's update, plain torch (PPO).
 
 All three train the same 64×64 tanh actor-critic on the same rollout (one rollout of the main
 job's env; each update computes its values and GAE first) with the same clipped PPO loss and
@@ -137,12 +137,30 @@ def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
 
 
 def measure_dqn(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
-    """DQN rows: ``steps_per_update`` minibatches per update, drawn from one rollout's n-step
-    transitions, through the lean update and RLlib's (``DeviceDQNTorchLearner.update_on_draws``)."""
+    """DQN rows (``measure_replay``) with DeviceDQN's defaults on GPUCartPole-v1."""
     from rllib_gpuenv.rllib import DeviceDQNConfig
-    from rllib_gpuenv.rllib.dqn import WEIGHTS, n_step_transitions
 
-    config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner=device, env_runners=device).debugging(seed=0)
+    config = DeviceDQNConfig().environment("GPUCartPole-v1")
+    return measure_replay("DQN", config, minibatch_sizes, device, rounds, steps_per_update)
+
+
+def measure_sac(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
+    """SAC rows (``measure_replay``) with DeviceSAC's defaults (configs/gpu_pendulum_sac.yaml's
+    networks) on GPUPendulum-v1: the lean update's one backward against RLlib's four."""
+    from rllib_gpuenv.rllib import DeviceSACConfig
+
+    config = DeviceSACConfig().environment("GPUPendulum-v1")
+    return measure_replay("SAC", config, minibatch_sizes, device, rounds, steps_per_update)
+
+
+def measure_replay(
+    algo_name: str, config, minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int
+) -> list[dict]:
+    """``steps_per_update`` minibatches per update, drawn from one rollout's n-step transitions,
+    through the lean update and RLlib's (``DeviceReplayLearner.update_on_draws``)."""
+    from rllib_gpuenv.rllib.device_replay import WEIGHTS, n_step_transitions
+
+    config = config.devices(learner=device, env_runners=device).debugging(seed=0)
     algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
@@ -161,7 +179,7 @@ def measure_dqn(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
                 learner.update_on_draws(draws, _timesteps(0))
 
             runs = {path: partial(ours, path) for path in _paths(learner)}
-            results += _rows("DQN", size, time_turns(runs, steps_per_update, rounds, learner._device))
+            results += _rows(algo_name, size, time_turns(runs, steps_per_update, rounds, learner._device))
         return results
     finally:
         algo.stop()
@@ -211,7 +229,7 @@ def run(
     out_dir: str = "bench_results",
     plot: bool = False,
 ) -> list[dict]:
-    measures = {"PPO": measure_ppo, "DQN": measure_dqn}
+    measures = {"PPO": measure_ppo, "DQN": measure_dqn, "SAC": measure_sac}
     rows = []
     for algo in algos:
         print(f"  {algo} ...", file=sys.stderr, flush=True)
@@ -260,7 +278,10 @@ def add_arguments(parser) -> None:
         "--minibatch-sizes", type=options.sizes(), default="128,512,1024,4096", help="minibatch sizes (default %(default)s)"
     )
     parser.add_argument(
-        "--algos", type=options.names(("PPO", "DQN")), default="PPO,DQN", help="the updates to time (default %(default)s)"
+        "--algos",
+        type=options.names(("PPO", "DQN", "SAC")),
+        default="PPO,DQN",
+        help="the updates to time: PPO, DQN, SAC (default %(default)s)",
     )
     parser.add_argument("--device", type=options.device, default="cpu", help="the learner's device (default %(default)s)")
     parser.add_argument("--rounds", type=options.count(), default=5, help="measured rounds per contender and size")

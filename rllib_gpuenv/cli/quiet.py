@@ -22,6 +22,7 @@ import warnings
 
 NOTICES = {
     "ray.rllib.algorithms.algorithm_config": "on the new API stack! This is the new default behavior",
+    "ray.rllib.algorithms.sac.sac": "You are running SAC on the new API stack!",  # SAC's own, once more
     "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster",
     "ray._common.deprecation": "`RLModule(config=[RLModuleConfig object])` has been deprecated",
     "ray.tune.utils.util": "Install gputil for GPU system monitoring",

@@ -179,7 +179,8 @@ def removed_algorithm_hint(run: str) -> str | None:
     successor = REMOVED_ALGORITHMS[run]
     if successor is None:
         return f"RLlib removed {run} and has no successor for it"
-    device = {"PPO": " (DevicePPO for this package's envs)", "DQN": " (DeviceDQN for this package's envs)"}.get(successor, "")
+    device = {"PPO": "DevicePPO", "DQN": "DeviceDQN", "SAC": "DeviceSAC"}.get(successor)
+    device = f" ({device} for this package's envs)" if device else ""
     return f"RLlib removed {run}; its successor is {successor}: run: {successor}{device}"
 
 

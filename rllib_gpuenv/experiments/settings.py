@@ -59,13 +59,13 @@ MAX_VALIDATED_VARIANTS = 64  # grid-search variants whose config is validated be
 
 
 def algorithm_config(run: Any, where: str = "<command line>"):
-    """The default config of an algorithm named as in ``run:`` (``DevicePPO``, ``DeviceDQN`` or
+    """The default config of an algorithm named as in ``run:`` (``DevicePPO``, ``DeviceDQN``, ``DeviceSAC`` or
     RLlib's names)."""
     from ray.rllib.algorithms.registry import ALGORITHMS
 
-    from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig
+    from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig, DeviceSACConfig
 
-    device_algorithms = {"DevicePPO": DevicePPOConfig, "DeviceDQN": DeviceDQNConfig}
+    device_algorithms = {"DevicePPO": DevicePPOConfig, "DeviceDQN": DeviceDQNConfig, "DeviceSAC": DeviceSACConfig}
     if run in device_algorithms:
         return device_algorithms[run]()
     if run not in ALGORITHMS:
@@ -108,7 +108,7 @@ def prepare_settings(config: Any, settings: dict, where: str) -> dict:
     for key in settings:
         if key in METHOD_SECTIONS:
             if getattr(config, key, None) is None:
-                raise key_error(where, key, "a section of the device algorithms: needs run: DevicePPO or DeviceDQN")
+                raise key_error(where, key, "a section of the device algorithms: needs run: DevicePPO, DeviceDQN or DeviceSAC")
             if not isinstance(settings[key], dict):
                 raise key_error(where, key, f"expected a mapping of {key}() arguments, got {settings[key]!r}")
             continue

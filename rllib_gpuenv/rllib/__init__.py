@@ -1,10 +1,11 @@
-"""The RLlib side: the device env runner, its rollouts, and PPO and DQN fed with them."""
+"""The RLlib side: the device env runner, its rollouts, and PPO, DQN and SAC fed with them."""
 
 from rllib_gpuenv.rllib.dqn import DeviceDQN, DeviceDQNConfig
 from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
 from rllib_gpuenv.rllib.learner import DevicePPOTorchLearner
 from rllib_gpuenv.rllib.ppo import DevicePPO, DevicePPOConfig
 from rllib_gpuenv.rllib.rollout import Rollout
+from rllib_gpuenv.rllib.sac import DeviceSAC, DeviceSACConfig
 
 __all__ = [
     "DeviceDQN",
@@ -13,5 +14,7 @@ __all__ = [
     "DevicePPO",
     "DevicePPOConfig",
     "DevicePPOTorchLearner",
+    "DeviceSAC",
+    "DeviceSACConfig",
     "Rollout",
 ]

@@ -12,7 +12,8 @@ distributions, with only ops that queue work and read nothing back:
 - a categorical sample is the Gumbel-max: ``argmax(logits + G)`` with ``G = -log(E)``,
   ``E ~ Exp(1)``. torch's multinomial draws one sample as ``argmax(p / E)`` from the same
   exponentials, so this picks the very actions RLlib's draw picks, without the checks;
-- a Gaussian sample is ``loc + scale * eps`` with ``eps ~ N(0, 1)``, which is ``rsample``;
+- a Gaussian sample is ``loc + scale * eps`` with ``eps ~ N(0, 1)``, which is ``rsample`` (SAC's
+  tanh-squashed Gaussian squashes it after);
 - a uniform choice among allowed actions is the Gumbel-max over the log of the mask.
 
 ``draw`` also skips, for a categorical, the distribution objects RLlib and torch build around
@@ -23,7 +24,11 @@ network that computes the logits, every step of a rollout.
 from __future__ import annotations
 
 import torch
-from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchDiagGaussian
+from ray.rllib.core.distribution.torch.torch_distribution import (
+    TorchCategorical,
+    TorchDiagGaussian,
+    TorchSquashedGaussian,
+)
 
 
 def categorical(logits: torch.Tensor) -> torch.Tensor:
@@ -44,7 +49,7 @@ def sample(dist) -> torch.Tensor:
     if type(dist) is TorchCategorical:
         logits = dist.logits if dist.logits is not None else dist.probs.log()
         return categorical(logits)
-    if type(dist) is TorchDiagGaussian:
+    if type(dist) in (TorchDiagGaussian, TorchSquashedGaussian):
         return dist.rsample()
     return dist.sample()
 
@@ -60,7 +65,15 @@ def draw(dist_cls, dist_inputs: torch.Tensor, explore: bool) -> tuple[torch.Tens
         actions = categorical(dist_inputs)
         return actions, torch.log_softmax(dist_inputs, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     dist = dist_cls.from_logits(dist_inputs)
+    if dist_cls is TorchSquashedGaussian:  # SAC's: its deterministic action is the squashed mean, not the raw mean
+        return dist.rsample_and_logp() if explore else (squashed_mean(dist), None)
     if not explore:
         dist = dist.to_deterministic()
     actions = sample(dist)
     return actions, dist.logp(actions) if explore else None
+
+
+def squashed_mean(dist: TorchSquashedGaussian) -> torch.Tensor:
+    """The deterministic action of a tanh-squashed Gaussian: its mean squashed into the bounds.
+    RLlib's ``to_deterministic`` returns the mean before the squash, which can lie outside them."""
+    return dist.low + (torch.tanh(dist.loc) + 1.0) / 2.0 * (dist.high - dist.low)

@@ -80,16 +80,17 @@ def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
 
 
 class FusedAdamLearnerMixin:
-    """Fused Adam and one finite-gradient check per update, for any RLlib torch learner."""
+    """Fused Adam and one finite-gradient check per update, for any RLlib torch learner.
 
-    def configure_optimizers_for_module(self, module_id, config=None) -> None:
-        params = self.get_parameters(self._module[module_id])
-        self.register_optimizer(
-            module_id=module_id,
-            optimizer=torch.optim.Adam(params, fused=True),
-            params=params,
-            lr_or_lr_schedule=config.lr,
-        )
+    Every plain Adam the learner registers (RLlib's default optimizer, SAC's four) is registered
+    fused instead, with the same settings: one kernel per step for all its parameters, where
+    torch's default on a CPU loops over them in Python."""
+
+    def register_optimizer(self, *, optimizer, params, **kwargs) -> None:
+        if type(optimizer) is torch.optim.Adam and not optimizer.defaults.get("fused"):
+            settings = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused")}
+            optimizer = torch.optim.Adam(params, **settings, fused=True)
+        super().register_optimizer(optimizer=optimizer, params=params, **kwargs)
 
     def apply_gradients(self, gradients_dict) -> None:
         if self._grad_scalers is not None or self._lr_scheduler_classes is not None:

@@ -193,7 +193,7 @@ STOP = "stop: {training_iteration: 1}"
         ),
         (
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{devices: {{learner: cpu}}}}}}",
-            r"experiment 'x': devices: a section of the device algorithms: needs run: DevicePPO or DeviceDQN",
+            r"experiment 'x': devices: a section of the device algorithms: needs run: DevicePPO, DeviceDQN or DeviceSAC",
         ),
         (
             f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{devices: {{learnr: cpu}}}}}}",

@@ -107,7 +107,7 @@ def test_env_config_sets_the_time_limit_and_the_env_s_arguments():
 def test_experiments_check_brax_ids_before_ray_starts():
     with pytest.raises(ExperimentError, match=r"env: 'brax:antt': Brax has no env 'antt': did you mean ant\?"):
         build_config("DevicePPO", "brax:antt", {}, "<test>")
-    with pytest.raises(ExperimentError, match=r"JAX envs, which run on the device env runner only: use DevicePPO or "):
+    with pytest.raises(ExperimentError, match=r"JAX envs, which run on the device env runner only: use DevicePPO, "):
         build_config("PPO", "brax:ant", {}, "<test>")
 
 

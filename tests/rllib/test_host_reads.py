@@ -12,7 +12,11 @@ import pytest
 import torch
 from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchDiagGaussian
+from ray.rllib.core.distribution.torch.torch_distribution import (
+    TorchCategorical,
+    TorchDiagGaussian,
+    TorchSquashedGaussian,
+)
 
 from rllib_gpuenv import make_vector_env
 from rllib_gpuenv.core import ops
@@ -85,9 +89,12 @@ def reads_per_sample(file: str, rollout_length: int) -> HostReads:
     return reads
 
 
-@pytest.mark.parametrize("file", ["gpu_cartpole_ppo.yaml", "gpu_pendulum_ppo.yaml", "gpu_cartpole_dqn.yaml"])
+@pytest.mark.parametrize(
+    "file", ["gpu_cartpole_ppo.yaml", "gpu_pendulum_ppo.yaml", "gpu_cartpole_dqn.yaml", "gpu_pendulum_sac.yaml"]
+)
 def test_a_rollout_reads_back_per_rollout_not_per_step(file, gpu_code_paths):
-    """Discrete PPO (a categorical sample), continuous PPO (a Gaussian one), DQN (epsilon-greedy)."""
+    """Discrete PPO (a categorical sample), continuous PPO (a Gaussian one), DQN (epsilon-greedy),
+    SAC (a tanh-squashed Gaussian)."""
     short, long = reads_per_sample(file, 2), reads_per_sample(file, 8)
     assert long.counts == short.counts, f"per-step host reads: {long.counts - short.counts}"
     # The returns and lengths of the episodes that ended, for the metrics: masked, then to Python.
@@ -153,3 +160,19 @@ def test_dqn_explores_as_rllibs_module_does(t):
     assert torch.equal(ours, rllib)
     not_greedy = (ours != module.forward_inference(batch)[Columns.ACTIONS]).float().mean()
     assert not_greedy > 0.4 if t == 0 else not_greedy < 0.3  # a random pick is the greedy one half the time
+
+
+def test_squashed_gaussian_draws_are_rllibs_own_and_its_greedy_action_lies_within_the_bounds():
+    """SAC's actor: the runner's sample and log-probability are those of RLlib's
+    ``rsample_and_logp`` from the same random numbers; its deterministic action is the squashed
+    mean (RLlib's ``to_deterministic`` gives the raw mean, outside [-1, 1] here)."""
+    inputs = torch.randn(20_000, 4) * 3
+    torch.manual_seed(2)
+    rllib_actions, rllib_logp = TorchSquashedGaussian.from_logits(inputs).rsample_and_logp()
+    torch.manual_seed(2)
+    actions, logp = action_sampling.draw(TorchSquashedGaussian, inputs, explore=True)
+    assert torch.equal(actions, rllib_actions) and torch.equal(logp, rllib_logp)
+    greedy, none = action_sampling.draw(TorchSquashedGaussian, inputs, explore=False)
+    assert none is None and greedy.abs().max() <= 1.0
+    torch.testing.assert_close(greedy, torch.tanh(inputs[:, :2]))
+    assert TorchSquashedGaussian.from_logits(inputs).to_deterministic().sample().abs().max() > 1.0

@@ -231,7 +231,7 @@ def test_experiments_check_gymnax_ids_before_ray_starts():
     ):
         build_config("DevicePPO", "gymnax:Breakout", {}, "<test>")
     with pytest.raises(
-        ExperimentError, match=r"JAX envs, which run on the device env runner only: use DevicePPO or DeviceDQN"
+        ExperimentError, match=r"JAX envs, which run on the device env runner only: use DevicePPO, DeviceDQN or DeviceSAC"
     ):
         build_config("PPO", "gymnax:CartPole-v1", {}, "<test>")
 

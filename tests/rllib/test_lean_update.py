@@ -19,6 +19,7 @@ from tests.update_paths import (
     dqn_updates,
     ppo_runs,
     rllib_defaults,
+    sac_updates,
     storage,
     train_with_own_gradient_postprocessing,
     updates,
@@ -137,3 +138,14 @@ def test_torch_compile_learner_is_said_to_slow_the_update_down(what, caplog):
     caplog.clear()
     cartpole_config(device="cpu", seed=0).validate()  # off: nothing said
     assert not [r for r in caplog.records if "torch_compile_learner" in r.getMessage()]
+
+
+@pytest.mark.parametrize("grad_clip", [None, 0.5])
+def test_sac_lean_update_equals_rllibs_update(grad_clip):
+    """SAC's four losses as one sum, one backward, against RLlib's four backward passes: the same
+    weights (targets included) and metrics, unclipped and clipped per optimizer."""
+    runs = {path: sac_updates(path, grad_clip) for path in (RLLIB, LEAN, STATIC)}
+    assert runs[STATIC][2]._step_graph is not None
+    assert {"qf_loss", "qf_twin_loss", "policy_loss", "alpha_loss"} <= set(runs[LEAN][1][0])
+    assert ("gradients_qf_global_norm" in runs[LEAN][1][0]) == (grad_clip is not None)
+    assert_same({path: run[:2] for path, run in runs.items()})

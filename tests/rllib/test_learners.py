@@ -9,7 +9,7 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_gpuenv.experiments.restore import restoring
-from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPO, DevicePPOConfig
+from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPO, DevicePPOConfig, DeviceSACConfig
 from rllib_gpuenv.rllib.dqn import DeviceDQN
 
 # Logical CPUs: 2 learners, (separate layout) an env runner and one to spare; the driver runs in this process.
@@ -39,6 +39,24 @@ def dqn(num_learners: int = 2, **env_runners):
             num_steps_sampled_before_learning_starts=128,
             target_network_update_freq=256,
             replay_buffer_config={"capacity": 1000},
+        )
+        .reporting(min_sample_timesteps_per_iteration=0)
+        .learners(num_learners=num_learners)
+        .debugging(seed=0)
+    )
+
+
+def sac(num_learners: int = 2):
+    return (
+        DeviceSACConfig()
+        .environment("GPUPendulum-v1")
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(rollout_length=8, device="cpu")
+        .training(
+            num_steps_sampled_before_learning_starts=128,
+            replay_buffer_config={"capacity": 1000},
+            train_batch_size_per_learner=64,
+            training_intensity=2,
         )
         .reporting(min_sample_timesteps_per_iteration=0)
         .learners(num_learners=num_learners)
@@ -162,6 +180,24 @@ def test_colocated_dqn_learners_fill_their_own_replay_shards_and_restore_them(tm
             assert all(torch.equal(columns[k], columns_back[k][:size]) for k in columns)
     finally:
         restored.stop()
+
+
+def _log_alpha(learner) -> float:
+    return float(learner.curr_log_alpha[DEFAULT_MODULE_ID])
+
+
+def test_colocated_sac_learners_keep_one_temperature():
+    """SAC's temperature is learnt outside the module that DDP keeps in step: its gradient is
+    averaged over the learners too, so they keep one alpha (each learns from its own envs and shard)."""
+    algo = sac().build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"] > 0
+        assert same_weights(*algo.call_learners(_weights))
+        first, second = algo.call_learners(_log_alpha)
+        assert first == second != 0.0  # log(1.0) at the start
+    finally:
+        algo.stop()
 
 
 @pytest.mark.parametrize("make", [ppo, dqn], ids=["DevicePPO", "DeviceDQN"])

@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from rllib_gpuenv import EnvDef, jitable, ops, register_env
 from rllib_gpuenv.rllib import DeviceDQNConfig, DevicePPOConfig, Rollout
-from rllib_gpuenv.rllib.dqn import n_step_transitions
+from rllib_gpuenv.rllib.device_replay import n_step_transitions
 from rllib_gpuenv.rllib.gae import compute_gae
 
 
