@@ -63,6 +63,7 @@ LONGEST_FIRST = [  # summed test seconds per file, from a fresh clone (caches em
     "envs/test_envs_vs_gymnasium.py",  # 58
     "rllib/test_resume.py",  # 55
     "rllib/test_dqn.py",  # 46
+    "rllib/test_sac.py",  # ~30 alone (2026-11-27)
     "cli/test_command_endings.py",  # 43
     "cli/test_restore.py",  # ~80 alone (2026-11-27)
     "cli/test_evaluate.py",  # 33

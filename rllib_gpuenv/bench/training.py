@@ -61,6 +61,7 @@ import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, write_results
 from rllib_gpuenv.experiments.progress import format_table
 
+CURVE_EVERY = 256  # env steps between the points of SB3's curve, whose rollouts may be a step each (SAC)
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
 RANDOM_BUDGET_S = 30.0  # a random policy's curve is flat: this long is enough to draw it
 
@@ -363,8 +364,11 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
         def _on_rollout_end(self) -> None:
             buffer = self.model.ep_info_buffer  # the last 100 episodes (SB3's stats_window_size)
             mean = statistics.fmean(float(e["r"]) for e in buffer) if buffer else float("nan")
-            self.curve.append((time.perf_counter() - self.start, self.num_timesteps, mean, self._gradient_steps()))
-            self.done = mean >= target or self.curve[-1][0] >= budget_s
+            elapsed = time.perf_counter() - self.start
+            self.done = mean >= target or elapsed >= budget_s
+            # SAC's rollout is one env step: a point per CURVE_EVERY steps (and the last) keeps the file small
+            if self.done or not self.curve or self.num_timesteps - self.curve[-1][1] >= CURVE_EVERY:
+                self.curve.append((elapsed, self.num_timesteps, mean, self._gradient_steps()))
 
         def _gradient_steps(self) -> int:
             # SB3's PPO counts epochs in ``_n_updates``, each of ceil(rollout / batch_size) minibatches; DQN counts steps

@@ -32,8 +32,8 @@ from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_f
         (rllib_gpuenv_parser, ["bench", "sampling", "--device", "tpu"], "argument --device: unknown device 'tpu'"),
         (
             rllib_gpuenv_parser,
-            ["bench", "update", "--algos", "PPO,SAC"],
-            "argument --algos: unknown SAC: choose from PPO, DQN",
+            ["bench", "update", "--algos", "PPO,TD3"],
+            "argument --algos: unknown TD3: choose from PPO, DQN, SAC",
         ),
         pytest.param(
             rllib_gpuenv_parser,

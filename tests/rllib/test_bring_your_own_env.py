@@ -11,7 +11,7 @@ import torch
 from ray import tune
 
 from rllib_gpuenv.rllib import DevicePPOConfig, Rollout
-from rllib_gpuenv.rllib.dqn import n_step_transitions
+from rllib_gpuenv.rllib.device_replay import n_step_transitions
 from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner, check_prefixed_id
 from rllib_gpuenv.rllib.learner import rollout_batch
 from tests.rllib import scripted_envs
