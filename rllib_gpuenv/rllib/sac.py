@@ -125,7 +125,7 @@ class DeviceSACTorchLearner(ColocatedEnvs, DeviceReplayLearner, LeanUpdate, Fuse
         restored run would start again from ``initial_alpha``."""
         state = super().get_state(components, not_components=not_components, **kwargs)
         if self._check_component(LOG_ALPHAS, components, not_components):
-            state[LOG_ALPHAS] = {mid: float(log_alpha) for mid, log_alpha in self.curr_log_alpha.items()}
+            state[LOG_ALPHAS] = {mid: log_alpha.detach().item() for mid, log_alpha in self.curr_log_alpha.items()}
         return state
 
     def set_state(self, state: dict) -> None:
