@@ -2,8 +2,9 @@
 
 Two setups of the same PPO iteration on GPUCartPole-v1 (``--env`` another env of the suite),
 side by side: the device path (``DeviceEnvRunner``) and RLlib's stock env runner on the same
-env. ``--algo DeviceDQN`` breaks down the device path's DQN iteration (sampling, its n-step
-transitions and replay buffer, the update, the weight sync) on its own.
+env. ``--algo DeviceDQN`` (``DeviceSAC``, on GPUPendulum-v1 by default) breaks down the device
+path's DQN (SAC) iteration (sampling, its n-step transitions and replay buffer, the update, the
+weight sync) on its own.
 
 **The parts partition the iteration.** During the measured ``algo.train()`` calls, the phases
 of each training step (sampling, the learner update, the weight sync, and on the stock runner
@@ -42,7 +43,7 @@ from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
 
 # How the table and the plot name a part where the key alone would mislead.
-LABELS = {"advantages (GAE)": "training data: GAE (PPO), n-step + replay buffer (DQN)"}
+LABELS = {"advantages (GAE)": "training data: GAE (PPO), n-step + replay buffer (DQN, SAC)"}
 PARTS = [
     "env stepping",
     "policy inference",
@@ -175,8 +176,10 @@ DEVICE_CONFIG_FILES = {
     ("DevicePPO", "GPUPendulum-v1"): "gpu_pendulum_ppo.yaml",
     "DevicePPO": "gpu_cartpole_ppo.yaml",
     "DeviceDQN": "gpu_cartpole_dqn.yaml",
+    "DeviceSAC": "gpu_pendulum_sac.yaml",
 }
 DEFAULT_ENV = "GPUCartPole-v1"
+ALGO_DEFAULT_ENVS = {"DeviceSAC": "GPUPendulum-v1"}  # where the algorithm's shipped file trains, if not DEFAULT_ENV
 # What the PPO update of the stock runner's row takes from the device path's config (Pendulum's
 # file trains 10 epochs of 256, CartPole's 4 of 512: the update would differ 3x otherwise).
 PPO_UPDATE_SETTINGS = (
@@ -448,7 +451,7 @@ def _mean(results: list[dict], key: str) -> dict:
 
 
 def _update(config) -> dict:
-    """What an iteration's update trains: PPO's epochs and minibatch, DQN's minibatch and intensity."""
+    """What an iteration's update trains: PPO's epochs and minibatch, DQN's (SAC's) minibatch and intensity."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
     # Every AlgorithmConfig has num_epochs (DQN's is an unused 1): ask which algorithm it is.
@@ -483,7 +486,7 @@ def run(
     out_dir: str = "bench_results",
     plot: bool = False,
     algo: str = "DevicePPO",
-    env: str = DEFAULT_ENV,
+    env: str | None = None,
     config_file: str | None = None,
 ) -> list[dict]:
     """The device path's iteration in parts, and for PPO RLlib's stock runner's beside it (its
@@ -497,6 +500,7 @@ def run(
 
     from rllib_gpuenv.rllib.in_process import builds_without_ray
 
+    env = env or ALGO_DEFAULT_ENVS.get(algo, DEFAULT_ENV)
     config = device_config(algo, env, device, num_envs, rollout_length, config_file)  # a bad name fails before Ray starts
     num_envs, rollout_length = config.num_envs_per_env_runner, config.rollout_length
     print("  device path ...", file=sys.stderr, flush=True)
@@ -570,11 +574,14 @@ def plot_breakdown(rows: list[dict], out_dir: str, name: str = "breakdown") -> s
 def add_arguments(parser) -> None:
     parser.add_argument(
         "--algo",
-        choices=["DevicePPO", "DeviceDQN"],
+        choices=["DevicePPO", "DeviceDQN", "DeviceSAC"],
         default="DevicePPO",
         help="the device path's algorithm (default: %(default)s)",
     )
-    parser.add_argument("--env", default=DEFAULT_ENV, help="an env of the suite, e.g. GPUPendulum-v1 (default: %(default)s)")
+    parser.add_argument(
+        "--env",
+        help=f"an env of the suite, e.g. GPUPendulum-v1 (default: {DEFAULT_ENV}; for DeviceSAC, GPUPendulum-v1)",
+    )
     parser.add_argument(
         "--device-config",
         metavar="PATH",

@@ -133,7 +133,7 @@ def test_breakdown_of_device_dqn(tmp_path):
         "--iterations",
         "2",
     )
-    assert "training data: GAE (PPO), n-step + replay buffer (DQN)" in out.stdout
+    assert "training data: GAE (PPO), n-step + replay buffer (DQN, SAC)" in out.stdout
     assert "(rollouts of 12 envs x 4 steps)" in out.stdout  # the file's own shape: no --num-envs, --rollout-length
     (row,) = outputs(tmp_path, "breakdown_DeviceDQN_GPUCartPole-v1")["rows"]
     # one train() call: as many rounds of 12 envs x 4 steps as RLlib's DQN samples per iteration
@@ -147,8 +147,16 @@ def test_breakdown_of_device_dqn(tmp_path):
     assert sum(v for k, v in row.items() if k.startswith("s_")) == pytest.approx(row["seconds_per_iteration"], rel=1e-9)
 
 
+def test_breakdown_of_device_sac_runs_on_its_files_env(tmp_path):
+    """Without --env, DeviceSAC's breakdown times its shipped file's env, Pendulum, not CartPole."""
+    out = bench(tmp_path, "breakdown", "--algo", "DeviceSAC", "--num-envs", "8", "--rollout-length", "4", "--iterations", "1")
+    (row,) = outputs(tmp_path, "breakdown_DeviceSAC_GPUPendulum-v1")["rows"]
+    assert "one DeviceSAC iteration on GPUPendulum-v1" in out.stdout
+    assert row["s_learner update"] > 0 and row["s_advantages (GAE)"] > 0
+
+
 def test_update(tmp_path):
-    out = bench(tmp_path, "update", "--minibatch-sizes", "256", "--rounds", "1")
+    out = bench(tmp_path, "update", "--algos", "PPO,DQN,SAC", "--minibatch-sizes", "256", "--rounds", "1")
     assert "PPO: time per gradient step" in out.stdout and "DQN: time per gradient step" in out.stdout
     rows = outputs(tmp_path, "update")["rows"]
     contenders = {(r["algo"], r["contender"]) for r in rows}
@@ -158,6 +166,8 @@ def test_update(tmp_path):
         ("PPO", "plain torch"),
         ("DQN", "ours: lean update"),
         ("DQN", "RLlib's update"),
+        ("SAC", "ours: lean update"),
+        ("SAC", "RLlib's update"),
     }
     assert all(r["ms_per_step"] > 0 for r in rows) and {r["minibatch_size"] for r in rows} == {256}
 
