@@ -1,4 +1,4 @@
-"""Time per gradient step of the PPO, DQN and SAC updates: the lean update, RLlib's update, plain torch (PPO).
+"""Time per gradient step of the PPO, DQN and SAC updates: the lean update, RLlib's update, plain torch (PPO, SAC).
 
 All three train the same 64×64 tanh actor-critic on the same rollout (one rollout of the main
 job's env; each update computes its values and GAE first) with the same clipped PPO loss and
@@ -16,6 +16,7 @@ figure is the median over rounds: the ratio to plain torch is the number to read
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -102,6 +103,88 @@ class PlainPPO:
                 self.step({key: column[index] for key, column in columns.items()})
 
 
+class PlainSAC:
+    """SAC's gradient step in plain torch (CleanRL's shape) with the networks of RLlib's SAC
+    module for the config: a ``fcnet_hiddens`` MLP for the actor and, per Q network, one for
+    the observation and one for the action, joined (``fusionnet_hiddens``, tanh) into a layer of
+    the last hidden size, then the head; RLlib's squashed Gaussian, its four losses in one sum,
+    fused Adams. Continuous actions, twin Q."""
+
+    def __init__(self, obs_dim: int, action_dim: int, config, device):
+        model = config.model_config
+        hidden, fusion = list(model["fcnet_hiddens"]), list(model.get("fusionnet_hiddens", [256, 256]))
+        relu = torch.nn.ReLU
+
+        def mlp(sizes: list[int], activation=relu, last_activation: bool = True) -> torch.nn.Sequential:
+            layers = []
+            for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+                layers.append(torch.nn.Linear(a, b))
+                if last_activation or i < len(sizes) - 2:
+                    layers.append(activation())
+            return torch.nn.Sequential(*layers)
+
+        class Q(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.obs, self.action = mlp([obs_dim, *hidden]), mlp([action_dim, *hidden])
+                self.joined = mlp([2 * hidden[-1], *fusion, hidden[-1]], torch.nn.Tanh)
+                self.head = torch.nn.Linear(hidden[-1], 1)
+
+            def forward(self, obs, action):
+                return self.head(self.joined(torch.cat([self.obs(obs), self.action(action)], -1))).squeeze(-1)
+
+        self.actor = mlp([obs_dim, *hidden, 2 * action_dim], last_activation=False).to(device)
+        self.qs = [Q().to(device), Q().to(device)]
+        self.targets = [Q().to(device), Q().to(device)]
+        for q, target in zip(self.qs, self.targets):
+            target.load_state_dict(q.state_dict())
+        self.q_params = [p for q in self.qs for p in q.parameters()]
+        self.log_alpha = torch.zeros(1, device=device, requires_grad=True)
+        self.target_entropy = -float(action_dim)
+        groups = [list(self.actor.parameters()), *[list(q.parameters()) for q in self.qs], [self.log_alpha]]
+        self.optimizers = [torch.optim.Adam(g, lr=1e-3, eps=1e-7, fused=True) for g in groups]
+        self.gamma = config.gamma
+
+    def _sample(self, obs):
+        loc, log_std = self.actor(obs).chunk(2, dim=-1)
+        std = log_std.clamp(-20.0, 2.0).exp()
+        raw = loc + std * torch.randn_like(loc)
+        jacobian = 2.0 * (math.log(2.0) - raw - torch.nn.functional.softplus(-2.0 * raw))
+        logp = (-0.5 * ((raw - loc) / std) ** 2 - std.log() - 0.5 * math.log(2 * math.pi) - jacobian).sum(-1)
+        return torch.tanh(raw), logp
+
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        from ray.rllib.core.columns import Columns
+
+        obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_action, next_logp = self._sample(next_obs)
+            q_next = torch.min(*(t(next_obs, next_action) for t in self.targets)) - alpha * next_logp
+            target = (
+                batch[Columns.REWARDS] + self.gamma ** batch["n_step"] * (1.0 - batch[Columns.TERMINATEDS].float()) * q_next
+            )
+        critic = sum(torch.nn.functional.huber_loss(q(obs, batch[Columns.ACTIONS]), target) for q in self.qs)
+        action, logp = self._sample(obs)
+        for p in self.q_params:
+            p.requires_grad_(False)
+        q_pi = torch.min(*(q(obs, action) for q in self.qs))
+        for p in self.q_params:
+            p.requires_grad_(True)
+        actor = (alpha * logp - q_pi).mean()
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        (critic + actor + alpha_loss).backward()
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def update(self, draws: dict[str, torch.Tensor], minibatch_size: int) -> None:
+        rows = len(draws["obs"])
+        for start in range(0, rows - minibatch_size + 1, minibatch_size):
+            self.step({key: column[start : start + minibatch_size] for key, column in draws.items()})
+
+
 def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
     """PPO rows (contender, minibatch size, ms per gradient step): one rollout of 128 envs × 32
     steps, as many epochs at each size as give ``steps_per_update`` gradient steps."""
@@ -150,14 +233,15 @@ def measure_sac(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
     from rllib_gpuenv.rllib import DeviceSACConfig
 
     config = DeviceSACConfig().environment("GPUPendulum-v1")
-    return measure_replay("SAC", config, minibatch_sizes, device, rounds, steps_per_update)
+    return measure_replay("SAC", config, minibatch_sizes, device, rounds, steps_per_update, plain=PlainSAC)
 
 
 def measure_replay(
-    algo_name: str, config, minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int
+    algo_name: str, config, minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int, plain=None
 ) -> list[dict]:
     """``steps_per_update`` minibatches per update, drawn from one rollout's n-step transitions,
-    through the lean update and RLlib's (``DeviceReplayLearner.update_on_draws``)."""
+    through the lean update and RLlib's (``DeviceReplayLearner.update_on_draws``), and through
+    ``plain`` (a class like ``PlainSAC``) where there is one."""
     from rllib_gpuenv.rllib.device_replay import WEIGHTS, n_step_transitions
 
     config = config.devices(learner=device, env_runners=device).debugging(seed=0)
@@ -179,6 +263,9 @@ def measure_replay(
                 learner.update_on_draws(draws, _timesteps(0))
 
             runs = {path: partial(ours, path) for path in _paths(learner)}
+            if plain is not None:
+                obs_dim, action_dim = transitions["obs"].shape[-1], transitions["actions"].shape[-1]
+                runs[PLAIN] = partial(plain(obs_dim, action_dim, config, learner._device).update, draws, size)
             results += _rows(algo_name, size, time_turns(runs, steps_per_update, rounds, learner._device))
         return results
     finally:

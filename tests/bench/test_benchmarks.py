@@ -168,6 +168,7 @@ def test_update(tmp_path):
         ("DQN", "RLlib's update"),
         ("SAC", "ours: lean update"),
         ("SAC", "RLlib's update"),
+        ("SAC", "plain torch"),
     }
     assert all(r["ms_per_step"] > 0 for r in rows) and {r["minibatch_size"] for r in rows} == {256}
 
