@@ -16,7 +16,9 @@ Tasks (``--task``):
 * ``pendulum-sac``: SAC on Pendulum, target -300. ``device``: DeviceSAC on GPUPendulum-v1
   (``configs/gpu_pendulum_sac.yaml``: the replay buffer on the learner's device);
   ``device-ppo``: DevicePPO on the same envs (``configs/gpu_pendulum_ppo.yaml``), the on-policy
-  way; ``sb3``: SB3 SAC with RL-Zoo's Pendulum-v1 hyperparameters.
+  way; ``stock-rllib``: stock RLlib SAC on gymnasium's Pendulum-v1
+  (``configs/pendulum_sac_stock_rllib.yaml``, RLlib's example); ``sb3``: SB3 SAC with RL-Zoo's
+  Pendulum-v1 hyperparameters.
 * ``cartpole-dqn``: DQN on CartPole, target 475. ``device``: DeviceDQN on GPUCartPole-v1 with the
   settings of ``configs/gpu_cartpole_dqn.yaml``, read when the benchmark runs (``--device-config``
   names another file); ``stock-rllib``: stock RLlib DQN on gymnasium's CartPole-v1
@@ -178,9 +180,14 @@ TASKS = {
             contenders={
                 "device": "ours: device path (DeviceSAC)",
                 "device-ppo": "ours: device path (DevicePPO)",
+                "stock-rllib": "stock RLlib SAC on gymnasium Pendulum",
                 "sb3": "Stable-Baselines3 SAC (RL-Zoo)",
             },
-            config_files={"device": "gpu_pendulum_sac.yaml", "device-ppo": "gpu_pendulum_ppo.yaml"},
+            config_files={
+                "device": "gpu_pendulum_sac.yaml",
+                "device-ppo": "gpu_pendulum_ppo.yaml",
+                "stock-rllib": "pendulum_sac_stock_rllib.yaml",
+            },
             # RL-Zoo's Pendulum-v1 SAC: SB3's defaults (one env, a gradient step of 256 per env step,
             # 256x256 networks, learning from step 100) and lr 1e-3, for 20k steps
             sb3=SB3Setup("SAC", "Pendulum-v1", n_envs=1, total_timesteps=20_000, hyperparameters=dict(learning_rate=1e-3)),
