@@ -36,7 +36,8 @@
 #             each, to 2^20), sampling with the policy at 4,096 to 2^20 envs (the recorded rollout
 #             against the rollout stepped from Python), the time per gradient
 #             step of the captured and the eager lean update against RLlib's and plain torch on the
-#             GPU (bench update), the torch step's ops counted on the GPU (bench ops), the
+#             GPU, for PPO, DQN and SAC (bench update; SAC's captured step is what would decide
+#             cuda_graphs' default for DeviceSAC), the torch step's ops counted on the GPU (bench ops), the
 #             iteration breakdown;
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, gpu_cartpole_ppo_512envs.yaml), DQN,
 #             PureJaxRL's PPO and DQN on the image's JAX (the fastest on a CPU: one XLA program each),
@@ -121,7 +122,7 @@ run)
             bench 40 . block_size block-size --num-envs 65536,1048576,16777216
             bench 80 . scaling scaling --num-envs 1024..16777216 --only cuda
             bench 120 . sampling sampling --num-envs 4096,65536,1048576
-            bench 60 . update update --device cuda --minibatch-sizes 128,512,1024,4096
+            bench 90 . update update --device cuda --algos PPO,DQN,SAC --minibatch-sizes 128,512,1024,4096
             bench 30 . ops ops --device cuda --num-envs 1048576
             bench 40 . scaling_breakout scaling --env GPUBreakout-MinAtar --num-envs 1024..1048576 --only cuda
             bench 90 . breakdown breakdown ;;
