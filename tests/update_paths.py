@@ -123,10 +123,12 @@ def dqn_updates(
     return replay_updates(config, path)
 
 
-def sac_updates(path: str, grad_clip: float | None = None, device: str = "cpu") -> tuple[dict, list[dict], object]:
-    """``replay_updates`` of a new DeviceSAC learner (Pendulum, minibatches of 128), its target
-    networks moved after each update."""
-    config = DeviceSACConfig().environment("GPUPendulum-v1").devices(learner=device, env_runners=device).debugging(seed=0)
+def sac_updates(
+    path: str, grad_clip: float | None = None, device: str = "cpu", env: str = "GPUPendulum-v1"
+) -> tuple[dict, list[dict], object]:
+    """``replay_updates`` of a new DeviceSAC learner (Pendulum's Box actions, or ``env``'s;
+    minibatches of 128), its target networks moved after each update."""
+    config = DeviceSACConfig().environment(env).devices(learner=device, env_runners=device).debugging(seed=0)
     config.training(train_batch_size_per_learner=128, grad_clip=grad_clip, grad_clip_by="global_norm")
     return replay_updates(config, path)
 

@@ -17,23 +17,26 @@ when the targets move, and ``k`` counts the gradient steps since they last did.
 
 from __future__ import annotations
 
-import gymnasium as gym
 import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
 from ray.rllib.algorithms.sac import SAC, SACConfig
 from ray.rllib.algorithms.sac.sac_learner import (
+    ACTION_LOG_PROBS,
+    ACTION_LOG_PROBS_NEXT,
+    ACTION_PROBS,
+    ACTION_PROBS_NEXT,
     LOGPS_KEY,
     QF_LOSS_KEY,
     QF_MAX_KEY,
     QF_MEAN_KEY,
     QF_MIN_KEY,
     QF_PREDS,
+    QF_TARGET_NEXT,
     QF_TWIN_LOSS_KEY,
     QF_TWIN_PREDS,
     TD_ERROR_MEAN_KEY,
 )
 from ray.rllib.algorithms.sac.torch.sac_torch_learner import SACTorchLearner
-from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.learner import POLICY_LOSS_KEY
 from ray.rllib.core.learner.utils import update_target_network
@@ -60,63 +63,62 @@ LOG_ALPHAS = "sac_log_alphas"  # the learner state's entry for the temperatures 
 
 class DeviceSACTorchLearner(ColocatedEnvs, DeviceReplayLearner, LeanUpdate, FusedAdamLearnerMixin, SACTorchLearner):
     """RLlib's SAC learner (its losses, its four optimizers, fused) with the lean update loop
-    for ``Box`` actions (``lean_update.py``; RLlib's update for ``Discrete`` ones), its replay
-    buffer (or its shard of it) on its device, the targets moved for all of an update's
-    gradient steps, and, colocated, envs of its own."""
+    (``lean_update.py``), its replay buffer (or its shard of it) on its device, the targets
+    moved for all of an update's gradient steps, and, colocated, envs of its own."""
 
     lean_loss_of = SACTorchLearner
     _steps_since_target_update = 0
 
-    def lean_update_applies(self) -> bool:
-        continuous = isinstance(self.module[DEFAULT_MODULE_ID].unwrapped().action_space, gym.spaces.Box)
-        return continuous and super().lean_update_applies()
-
     def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
-        """RLlib's SAC loss for ``Box`` actions (``SACTorchLearner._compute_loss_for_module_continuous``)
-        as one sum: the Huber errors of both Q networks against the soft n-step target (the
-        target networks' Q of a fresh action minus alpha times its log-probability), the actor's
-        ``alpha * logp - Q`` and the temperature's loss. Each term reaches only its own network's
-        parameters (the targets are detached, the Q networks frozen while the actor's action
-        goes through them), so one ``backward`` gives each of the four optimizers what RLlib's
-        four ``backward`` calls give it."""
+        """RLlib's SAC loss (``SACTorchLearner._compute_loss_for_module_continuous`` for ``Box``
+        actions, ``_discrete`` for ``Discrete`` ones) as one sum: the Huber errors of both Q
+        networks against the soft n-step target, the actor's loss and the temperature's. Each
+        term reaches only its own network's parameters (the targets and the Q-values the actor
+        is scored with are detached, or the Q networks frozen while the actor's action goes
+        through them), so one ``backward`` gives each of the four optimizers what RLlib's four
+        ``backward`` calls give it."""
         log_alpha = self.curr_log_alpha[module_id]
         alpha = log_alpha.detach().exp()
-        weights = batch[WEIGHTS]
         not_terminated = 1.0 - batch[Columns.TERMINATEDS].float()
-        q_next = fwd_out["q_target_next"] - alpha * fwd_out["logp_next_resampled"]
-        target = (batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * q_next).detach()
-
-        def critic_loss(q: torch.Tensor) -> torch.Tensor:
-            return (weights * torch.nn.functional.huber_loss(q, target, reduction="none", delta=1.0)).mean()
-
-        logp = fwd_out["logp_resampled"]
-        q_curr = fwd_out["q_curr"]
-        critic = critic_loss(fwd_out[QF_PREDS])
-        twin = critic_loss(fwd_out[QF_TWIN_PREDS]) if config.twin_q else None
-        actor = (alpha * logp - q_curr).mean()
-        alpha_loss = -(log_alpha * (logp.detach() + self.target_entropy[module_id])).mean()
-        total = actor + critic + alpha_loss + (twin if twin is not None else 0.0)
+        discrete = ACTION_PROBS in fwd_out
+        if discrete:  # expectations over the actions, from the softmax actor's probabilities
+            next_v = (fwd_out[ACTION_PROBS_NEXT] * (fwd_out[QF_TARGET_NEXT] - alpha * fwd_out[ACTION_LOG_PROBS_NEXT])).sum(-1)
+            actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
+            q_taken = [fwd_out[key].gather(-1, actions).squeeze(-1) for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
+            probs, logp = fwd_out[ACTION_PROBS], fwd_out[ACTION_LOG_PROBS]
+            q_all = [fwd_out[key] for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
+            q_scored = (torch.min(*q_all) if len(q_all) > 1 else q_all[0]).detach()
+            actor = (probs * (alpha * logp - q_scored)).sum(-1).mean()
+            entropy, q_logged = (logp * probs).sum(-1), fwd_out[QF_PREDS]
+        else:  # the sampled action's values and log-probabilities
+            next_v = fwd_out["q_target_next"] - alpha * fwd_out["logp_next_resampled"]
+            q_taken = [fwd_out[key] for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
+            logp, q_logged = fwd_out["logp_resampled"], fwd_out["q_curr"]
+            actor, entropy = (alpha * logp - q_logged).mean(), logp
+        target = (batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * next_v).detach()
+        weights = batch[WEIGHTS]
+        critics = [(weights * torch.nn.functional.huber_loss(q, target, reduction="none", delta=1.0)).mean() for q in q_taken]
+        alpha_loss = -(log_alpha * (entropy.detach() + self.target_entropy[module_id])).mean()
+        total = actor + alpha_loss + sum(critics)
         if not metrics:
             return total, {}
         with torch.no_grad():
-            td_error = (fwd_out[QF_PREDS] - target).abs()
-            if twin is not None:
-                td_error = 0.5 * (td_error + (fwd_out[QF_TWIN_PREDS] - target).abs())
+            td_error = sum((q - target).abs() for q in q_taken) / len(q_taken)
             logged = {
                 POLICY_LOSS_KEY: actor.detach(),
-                QF_LOSS_KEY: critic.detach(),
+                QF_LOSS_KEY: critics[0].detach(),
                 "alpha_loss": alpha_loss.detach(),
                 "alpha_value": alpha[0],
                 "log_alpha_value": log_alpha.detach()[0],
                 "target_entropy": self.target_entropy[module_id],
                 LOGPS_KEY: logp.mean(),
-                QF_MEAN_KEY: q_curr.mean(),
-                QF_MAX_KEY: q_curr.max(),
-                QF_MIN_KEY: q_curr.min(),
+                QF_MEAN_KEY: q_logged.mean(),
+                QF_MAX_KEY: q_logged.max(),
+                QF_MIN_KEY: q_logged.min(),
                 TD_ERROR_MEAN_KEY: td_error.mean(),
             }
-            if twin is not None:
-                logged[QF_TWIN_LOSS_KEY] = twin.detach()
+            if len(critics) > 1:
+                logged[QF_TWIN_LOSS_KEY] = critics[1].detach()
             return total, logged
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:
@@ -195,7 +197,7 @@ class DeviceSACConfig(DeviceReplayConfig, DeviceRolloutsConfig, SACConfig):
         self.num_steps_sampled_before_learning_starts = 1000
         self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 100_000}
         self.learner_device = "auto"  # the replay buffer's device too: the GPU if there is one
-        self.lean_update = True  # for Box actions: the gradient steps without RLlib's per-minibatch machinery
+        self.lean_update = True  # the gradient steps without RLlib's per-minibatch machinery, one backward for four losses
         # Off by default: SAC's step draws random numbers, which a captured step draws by other offsets
         # than an eager one, and no captured SAC step has yet been checked on a GPU (tests/test_gpu.py has the check).
         self.cuda_graphs = False

@@ -140,11 +140,12 @@ def test_torch_compile_learner_is_said_to_slow_the_update_down(what, caplog):
     assert not [r for r in caplog.records if "torch_compile_learner" in r.getMessage()]
 
 
-@pytest.mark.parametrize("grad_clip", [None, 0.5])
-def test_sac_lean_update_equals_rllibs_update(grad_clip):
+@pytest.mark.parametrize("grad_clip, env", [(None, "GPUPendulum-v1"), (0.5, "GPUPendulum-v1"), (None, "GPUCartPole-v1")])
+def test_sac_lean_update_equals_rllibs_update(grad_clip, env):
     """SAC's four losses as one sum, one backward, against RLlib's four backward passes: the same
-    weights (targets included) and metrics, unclipped and clipped per optimizer."""
-    runs = {path: sac_updates(path, grad_clip) for path in (RLLIB, LEAN, STATIC)}
+    weights (targets included) and metrics, unclipped and clipped per optimizer, for Box actions
+    (a squashed Gaussian) and Discrete ones (a softmax actor, expectations over the actions)."""
+    runs = {path: sac_updates(path, grad_clip, env=env) for path in (RLLIB, LEAN, STATIC)}
     assert runs[STATIC][2]._step_graph is not None
     assert {"qf_loss", "qf_twin_loss", "policy_loss", "alpha_loss"} <= set(runs[LEAN][1][0])
     assert ("gradients_qf_global_norm" in runs[LEAN][1][0]) == (grad_clip is not None)

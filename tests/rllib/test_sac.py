@@ -1,7 +1,7 @@
 """DeviceSAC with real Ray: it learns Pendulum with the shipped settings (which are its defaults),
 its target networks move as one Polyak average per gradient step would move them, discrete
-actions train through RLlib's own update, a checkpoint restores with its replay buffer, and
-settings it cannot train with fail when validated. (Its lean update against RLlib's:
+actions train, a checkpoint restores with its replay buffer and temperature, and settings it
+cannot train with fail when validated. (Its lean update against RLlib's:
 test_lean_update.py; its runner's draws: test_host_reads.py.)"""
 
 import pytest
@@ -86,14 +86,14 @@ def test_targets_move_as_a_polyak_average_per_gradient_step():
         algo.stop()
 
 
-def test_discrete_actions_train_through_rllibs_update():
-    """RLlib's SAC has a softmax actor for Discrete actions; its loss is not the lean one, so the
-    learner keeps RLlib's update, and the module trains."""
+def test_discrete_actions_train():
+    """RLlib's SAC has a softmax actor for Discrete actions: the lean update runs its loss
+    (test_lean_update.py compares it with RLlib's), and the module trains."""
     config = small_config("GPUCartPole-v1")
     algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
-        assert not learner.lean_update_applies()
+        assert learner.lean_update_applies()
         before = {k: v.clone() for k, v in learner.module["default_policy"].state_dict().items()}
         results = [algo.train() for _ in range(3)]
         trained = results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"]
