@@ -20,6 +20,7 @@ from tests.update_paths import (
     LEAN,
     assert_same,
     dqn_updates,
+    noiseless_gaussians,
     ppo_runs,
     rllib_defaults,
     sac_updates,
@@ -446,20 +447,16 @@ def test_a_captured_dqn_update_trains_as_the_eager_one(double_q, loss):
     assert_same({path: run[:2] for path, run in runs.items()}, rtol=1e-3, atol=1e-4)
 
 
-def test_a_captured_sac_update_trains_as_the_eager_one_does():
-    """SAC's step draws actions, so a captured step (cuda_graphs=True, off by default for
-    DeviceSAC until this passes) draws other random numbers than the eager one: the same
-    updates move the weights alike, not bit for bit."""
+def test_a_captured_sac_update_trains_as_the_eager_one_does(monkeypatch):
+    """SAC's step draws its actions' noise, which a captured step (cuda_graphs=True, off by
+    default for DeviceSAC until this passes) draws at other generator offsets than the eager
+    one. With the noise fixed at zero the two must agree as PPO's and DQN's do: the same
+    weights (targets included) and metrics."""
+    noiseless_gaussians(monkeypatch)
     runs = {path: sac_updates(path, device="cuda") for path in (LEAN, CAPTURED)}
     learner = runs[CAPTURED][2]
     assert learner._step_graph is not None and learner._step_graph.graph is not None, learner._step_graph_failure
-    (eager, eager_metrics), (captured, captured_metrics) = (run[:2] for run in runs.values())
-    for name, weight in eager.items():
-        assert torch.isfinite(captured[name]).all(), name
-        gap, moved = (captured[name] - weight).norm(), (weight - runs[LEAN][2].start_weights[name]).norm()
-        assert gap <= 0.5 * moved + 1e-6, (name, float(gap), float(moved))
-    for key in ("qf_loss", "policy_loss", "alpha_value"):
-        assert captured_metrics[-1][key] == pytest.approx(eager_metrics[-1][key], rel=0.2, abs=0.05), key
+    assert_same({path: run[:2] for path, run in runs.items()}, rtol=1e-3, atol=1e-4)
 
 
 def test_a_captured_update_waits_for_the_gpu_per_update_not_per_step():

@@ -133,6 +133,22 @@ def sac_updates(
     return replay_updates(config, path)
 
 
+def noiseless_gaussians(monkeypatch) -> None:
+    """Gaussian draws without noise (every sample the mean): SAC's updates then draw no random
+    numbers, so a captured step, which draws at other generator offsets than an eager one, must
+    give the eager step's weights exactly, as PPO's and DQN's do."""
+    from torch.distributions import normal
+
+    def mean(self, sample_shape=()):
+        return self.loc.expand(self._extended_shape(torch.Size(sample_shape))).detach()
+
+    def zeros(shape, dtype, device):
+        return torch.zeros(shape, dtype=dtype, device=device)
+
+    monkeypatch.setattr(normal, "_standard_normal", zeros)  # Normal.rsample's noise
+    monkeypatch.setattr(normal.Normal, "sample", mean)
+
+
 def replay_updates(config, path: str) -> tuple[dict, list[dict], object]:
     """Weights and metrics after three updates of 16 minibatches of 128 of a new learner of
     ``config`` (DeviceDQN's or DeviceSAC's), on transitions from its own env runner; and the

@@ -198,8 +198,8 @@ class DeviceSACConfig(DeviceReplayConfig, DeviceRolloutsConfig, SACConfig):
         self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 100_000}
         self.learner_device = "auto"  # the replay buffer's device too: the GPU if there is one
         self.lean_update = True  # the gradient steps without RLlib's per-minibatch machinery, one backward for four losses
-        # Off by default: SAC's step draws random numbers, which a captured step draws by other offsets
-        # than an eager one, and no captured SAC step has yet been checked on a GPU (tests/test_gpu.py has the check).
+        # Off by default until a captured SAC step has been checked on a GPU: tests/test_gpu.py compares
+        # one with the eager step, their Gaussian noise fixed (a captured step draws at other offsets).
         self.cuda_graphs = False
         self._model_config = {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu", "fusionnet_hiddens": []}
 

@@ -7,6 +7,7 @@ itself is checked on a GPU (tests/test_gpu.py). In this process, without a Ray c
 (``rllib/in_process.py``)."""
 
 import pytest
+import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 
 from rllib_gpuenv.experiments import cartpole_config
@@ -17,6 +18,7 @@ from tests.update_paths import (
     STATIC,
     assert_same,
     dqn_updates,
+    noiseless_gaussians,
     ppo_runs,
     rllib_defaults,
     sac_updates,
@@ -150,3 +152,26 @@ def test_sac_lean_update_equals_rllibs_update(grad_clip, env):
     assert {"qf_loss", "qf_twin_loss", "policy_loss", "alpha_loss"} <= set(runs[LEAN][1][0])
     assert ("gradients_qf_global_norm" in runs[LEAN][1][0]) == (grad_clip is not None)
     assert_same({path: run[:2] for path, run in runs.items()})
+
+
+@pytest.mark.parametrize("noiseless", [True, False])
+def test_noiseless_gaussians_leave_sacs_update_nothing_random(monkeypatch, noiseless):
+    """What tests/test_gpu.py's captured-SAC check relies on: with the Gaussians' noise fixed,
+    a SAC update draws no random numbers (the generator's state is where it was); with it, it does."""
+    from rllib_gpuenv.rllib import DeviceSACConfig
+    from rllib_gpuenv.rllib.device_replay import WEIGHTS, n_step_transitions
+
+    if noiseless:
+        noiseless_gaussians(monkeypatch)
+    config = DeviceSACConfig().environment("GPUPendulum-v1").devices(learner="cpu", env_runners="cpu").debugging(seed=0)
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        batch = n_step_transitions(algo.env_runner.sample(), config.n_step, config.gamma)
+        batch = {key: column[:512] for key, column in batch.items()}
+        batch[WEIGHTS] = torch.ones(512)
+        before = torch.get_rng_state()
+        learner.update_on_draws(batch, {"num_env_steps_sampled_lifetime": 1024})
+        assert torch.equal(torch.get_rng_state(), before) == noiseless
+    finally:
+        algo.stop()
