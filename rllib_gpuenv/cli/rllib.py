@@ -103,7 +103,12 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
         metavar="PATH",
         help="an experiment file (old spelling of `file PATH`)",
     )
-    train.add_argument("--algo", "--run", dest="algo", help="algorithm: DevicePPO, PPO, APPO, DQN, ... (without a file)")
+    train.add_argument(
+        "--algo",
+        "--run",
+        dest="algo",
+        help="algorithm: DevicePPO, DeviceDQN, DeviceSAC, or RLlib's (PPO, APPO, DQN, SAC, ...) (without a file)",
+    )
     train.add_argument("--env", help="env id (without a file), e.g. GPUCartPole-v1 or CartPole-v1")
     train.add_argument(
         "--config",
