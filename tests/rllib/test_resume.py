@@ -27,10 +27,12 @@ def small_config(backend: str, rllib_defaults: bool = False):
 
 
 def snapshot(algo) -> dict:
-    weights = algo.learner_group._learner.module["default_policy"].state_dict()
+    learner = algo.learner_group._learner
+    weights = learner.module["default_policy"].state_dict()
     return {
         "weights": {k: v.detach().clone() for k, v in weights.items()},
         "env": {k: v.clone() for k, v in algo.env_runner.env._buffers.tensors().items()},
+        "temperature": {k: v.detach().clone() for k, v in getattr(learner, "curr_log_alpha", {}).items()},  # SAC's
     }
 
 
@@ -60,12 +62,14 @@ def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backen
         assert torch.equal(tensor, got["weights"][name]), name
 
 
-def test_device_dqn_with_its_buffer_resumes_exactly(tmp_path):
-    """DeviceDQN at its defaults (the shipped file's), checkpointing its replay buffer: save,
-    then one more iteration equals one iteration of the restored run."""
-    from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
+@pytest.mark.parametrize("algo_name, env", [("DeviceDQN", "GPUCartPole-v1"), ("DeviceSAC", "GPUPendulum-v1")])
+def test_replay_algorithms_with_their_buffer_resume_exactly(tmp_path, algo_name, env):
+    """DeviceDQN and DeviceSAC at their defaults (the shipped files'), checkpointing their replay
+    buffer: save, then one more iteration equals one iteration of the restored run (SAC's
+    temperature included: RLlib's learner state leaves it out)."""
+    from rllib_gpuenv.experiments.settings import algorithm_config
 
-    config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner="cpu", env_runners="cpu").debugging(seed=3)
+    config = algorithm_config(algo_name).environment(env).devices(learner="cpu", env_runners="cpu").debugging(seed=3)
     config.device_replay(checkpoint_replay_buffer=True).training(num_steps_sampled_before_learning_starts=256)
     algo = config.build_algo()
     try:
@@ -76,13 +80,13 @@ def test_device_dqn_with_its_buffer_resumes_exactly(tmp_path):
         expected = snapshot(algo)
     finally:
         algo.stop()
-    restored = DeviceDQN.from_checkpoint(path)
+    restored = type(algo).from_checkpoint(path)
     try:
         restored.train()
         got = snapshot(restored)
     finally:
         restored.stop()
-    for part in ("env", "weights"):
+    for part in ("env", "weights", "temperature"):
         for name, tensor in expected[part].items():
             assert torch.equal(tensor, got[part][name]), (part, name)
 
