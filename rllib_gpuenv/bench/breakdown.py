@@ -40,6 +40,7 @@ import torch
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
+from rllib_gpuenv.experiments.envs import unqualified_env_id
 from rllib_gpuenv.experiments.progress import format_table
 
 # How the table and the plot name a part where the key alone would mislead.
@@ -179,7 +180,6 @@ DEVICE_CONFIG_FILES = {
     "DeviceSAC": "gpu_pendulum_sac.yaml",
 }
 DEFAULT_ENV = "GPUCartPole-v1"
-ALGO_DEFAULT_ENVS = {"DeviceSAC": "GPUPendulum-v1"}  # where the algorithm's shipped file trains, if not DEFAULT_ENV
 # What the PPO update of the stock runner's row takes from the device path's config (Pendulum's
 # file trains 10 epochs of 256, CartPole's 4 of 512: the update would differ 3x otherwise).
 PPO_UPDATE_SETTINGS = (
@@ -199,20 +199,20 @@ PPO_UPDATE_SETTINGS = (
 
 def device_config(
     algo: str,
-    env: str,
+    env: str | None,
     device: str | None,
     num_envs: int | None = None,
     rollout_length: int | None = None,
     config_file: str | None = None,
 ):
     """The device path's config: ``config_file`` (default: the algorithm's shipped file) on
-    ``env`` and ``device``, with its own rollout shape unless ``num_envs`` or ``rollout_length``
-    replace it."""
+    ``env`` (default: the file's own) and ``device``, with its own rollout shape unless
+    ``num_envs`` or ``rollout_length`` replace it."""
     from rllib_gpuenv.envs import SHIPPED_DEFS, env_definition
     from rllib_gpuenv.experiments import load_config
     from rllib_gpuenv.experiments.shipped import config_file as shipped
 
-    if env_definition(env) is None:  # both setups step this package's env (the stock runner by its id)
+    if env is not None and env_definition(env) is None:  # both setups step this package's env (the stock runner by its id)
         raise ValueError(f"--env {env}: the breakdown times an env of this package: {', '.join(SHIPPED_DEFS)}")
     if config_file is None:
         name = DEVICE_CONFIG_FILES.get((algo, env)) or DEVICE_CONFIG_FILES.get(algo)
@@ -224,7 +224,9 @@ def device_config(
     experiment = load_config(config_file, device=device, seed=0)
     if experiment.config.algo_class.__name__ != algo:
         raise ValueError(f"{config_file}: runs {experiment.config.algo_class.__name__}, not {algo}")
-    config = experiment.config.environment(env)
+    config = experiment.config.environment(env or unqualified_env_id(experiment.config.env))
+    if env_definition(config.env) is None:
+        raise ValueError(f"{config_file}: trains {config.env}; the breakdown times an env of this package: --env ...")
     if num_envs is not None:
         config.env_runners(num_envs_per_env_runner=num_envs)
     if rollout_length is not None:
@@ -269,7 +271,7 @@ def device_path(config, iterations: int) -> dict:
             "weight sync": phases["sync"],
         }
         scales = {"sampling": sampling_scale, "update": update_scale}
-        name, env = type(algo).__name__, _env_name(config.env)
+        name, env = type(algo).__name__, unqualified_env_id(config.env)
         setup = "ours: device path" + ("" if (name, env) == ("DevicePPO", DEFAULT_ENV) else f" ({name}, {env})")
         row = _row(setup, str(runner._device), str(learner._device), round(steps), seconds, parts, scales, gpu)
         return {**row, "update": _update(config)}
@@ -334,10 +336,6 @@ def _ppo_update_pieces(runner, learner, T: int) -> dict[str, float]:
     if torch.device(learner._device) != runner._device:
         pieces["host<->device + connectors"] = _timed(lambda: rollout.to(learner._device), runner._device)
     return pieces
-
-
-def _env_name(env) -> str:
-    return str(env).split(":", 1)[-1]
 
 
 def stock_config(num_envs: int, rollout_length: int, env: str = DEFAULT_ENV, learning=None):
@@ -500,8 +498,8 @@ def run(
 
     from rllib_gpuenv.rllib.in_process import builds_without_ray
 
-    env = env or ALGO_DEFAULT_ENVS.get(algo, DEFAULT_ENV)
     config = device_config(algo, env, device, num_envs, rollout_length, config_file)  # a bad name fails before Ray starts
+    env = config.env
     num_envs, rollout_length = config.num_envs_per_env_runner, config.rollout_length
     print("  device path ...", file=sys.stderr, flush=True)
     if not builds_without_ray(config):
@@ -580,7 +578,8 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--env",
-        help=f"an env of the suite, e.g. GPUPendulum-v1 (default: {DEFAULT_ENV}; for DeviceSAC, GPUPendulum-v1)",
+        help="an env of the suite, e.g. GPUPendulum-v1 (default: the experiment file's: GPUCartPole-v1 for DevicePPO "
+        "and DeviceDQN, GPUPendulum-v1 for DeviceSAC)",
     )
     parser.add_argument(
         "--device-config",

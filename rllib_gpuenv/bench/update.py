@@ -12,6 +12,11 @@ torch" is the loop a CleanRL user writes (``nn.Sequential`` networks, ``clip_gra
 where the config clips, no framework). The contenders take turns, round after round, and each
 figure is the median over rounds: the ratio to plain torch is the number to read
 (benchmarks/RESULTS.md, "The lean update").
+
+DQN's and SAC's rows (``--algos``) time one update of 16 minibatches drawn from one rollout's
+n-step transitions, with their algorithm's default networks (``DeviceReplayLearner.update_on_draws``);
+SAC's "plain torch" is ``PlainSAC``, RLlib's SAC networks in plain torch (RESULTS.md, "SAC's
+gradient step").
 """
 
 from __future__ import annotations
