@@ -7,6 +7,7 @@ import importlib.util
 import torch
 
 from rllib_gpuenv.backends.base import Backend
+from rllib_gpuenv.core.devices import resolve_device
 from rllib_gpuenv.core.step import BoundEnv
 
 BACKENDS = ("torch", "numba-cpu", "numba-cuda")
@@ -28,6 +29,14 @@ def available_backends(device: torch.device) -> list[str]:
     if cuda_available() and (device.type == "cuda") != SIMULATED:
         names.append("numba-cuda")
     return names
+
+
+def backend_device(name: str, device: str | torch.device | None) -> torch.device:
+    """The device an env on backend ``name`` runs on. ``"auto"`` (or None) is the GPU if there
+    is one, except for numba-cpu, which runs nowhere but on the CPU."""
+    if name == "numba-cpu" and (device is None or (isinstance(device, str) and device == "auto")):
+        return torch.device("cpu")
+    return resolve_device(device)
 
 
 def make_backend(

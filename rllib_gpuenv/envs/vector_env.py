@@ -55,9 +55,9 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rllib_gpuenv.backends import make_backend
+from rllib_gpuenv.backends import backend_device, make_backend
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs, bytes_per_env
-from rllib_gpuenv.core.devices import check_fits, resolve_device
+from rllib_gpuenv.core.devices import check_fits
 from rllib_gpuenv.core.env_def import EnvDef
 from rllib_gpuenv.core.ops import tensor_float
 from rllib_gpuenv.core.rng import fold_seed
@@ -99,7 +99,7 @@ class GPUVectorEnv(VectorEnv):
         num_envs: number of environments (at least 1).
         backend: ``"auto"`` (numba-cuda on a GPU, numba-cpu on the CPU), ``"torch"``,
             ``"numba-cpu"`` or ``"numba-cuda"``.
-        device: ``"auto"`` (the GPU if there is one), ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
+        device: ``"auto"`` (the GPU if there is one; the CPU for numba-cpu), ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
         dtype: ``float32`` (fast) or ``float64`` (gymnasium's own precision) for the physics;
             observations and rewards are float32 either way, as gymnasium's spaces say.
         output: ``"torch"`` (tensors on ``device``) or ``"numpy"`` (host arrays).
@@ -150,7 +150,7 @@ class GPUVectorEnv(VectorEnv):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be None, 'rgb_array' or 'rgb_array_list', got {render_mode!r}")
         self.params = d.make_params(**params)
-        self.device = resolve_device(device)
+        self.device = backend_device(backend, device)
         self.dtype = _resolve_dtype(dtype)
         self.output = output
         self.render_mode = render_mode

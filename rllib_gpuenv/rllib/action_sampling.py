@@ -73,6 +73,27 @@ def draw(dist_cls, dist_inputs: torch.Tensor, explore: bool) -> tuple[torch.Tens
     return actions, dist.logp(actions) if explore else None
 
 
+class _ReparameterizedNormal(torch.distributions.Normal):
+    """torch's Normal whose ``sample`` is ``rsample`` without the gradient: the same numbers
+    (``torch.normal`` also draws ``eps`` and returns ``loc + scale * eps``) without its host
+    check of the scales."""
+
+    def sample(self, sample_shape=()) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+
+class SquashedGaussian(TorchSquashedGaussian):
+    """RLlib's tanh-squashed Gaussian, whose ``sample`` and ``sample_and_logp`` read nothing
+    back. RLlib's SAC module draws the next state's actions with ``sample_and_logp`` in every
+    gradient step; through ``torch.normal`` that waits for the GPU, and a gradient step that
+    waits cannot be captured as a CUDA graph (on the H100 of 2026-11-27 DeviceSAC's capture
+    failed so)."""
+
+    def _get_torch_distribution(self, loc, scale) -> torch.distributions.Distribution:
+        return _ReparameterizedNormal(loc, scale, validate_args=False)
+
+
 def squashed_mean(dist: TorchSquashedGaussian) -> torch.Tensor:
     """The deterministic action of a tanh-squashed Gaussian: its mean squashed into the bounds.
     RLlib's ``to_deterministic`` returns the mean before the squash, which can lie outside them."""

@@ -63,10 +63,13 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
 
     ``"auto"``: the GPU Ray assigned to a remote runner (``num_gpus_per_env_runner > 0``); the
     local runner (``num_env_runners=0``) takes the GPU too when there is one, unlike RLlib's
-    stock runner; otherwise the CPU. Anything else must exist (``resolve_device``).
+    stock runner; otherwise the CPU, and always the CPU for envs on numba-cpu, which runs nowhere
+    else. Anything else must exist (``resolve_device``).
     """
     if requested not in (None, "auto"):
         return resolve_device(requested)
+    if config is not None and (config.env_config or {}).get("backend") == "numba-cpu":
+        return torch.device("cpu")
     if not torch.cuda.is_available():
         if worker_index and num_gpus_per_env_runner:
             logger.warning("Ray assigned a GPU to env runner %d, but torch sees no CUDA device: using the CPU", worker_index)
@@ -391,12 +394,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                 episodes = self._recorded_rollout(explore)
             else:
                 episodes = self._rollout_steps(self.config.rollout_length, self._global_step(), explore)
-        ended, returns, lengths = episodes if episodes is not None else (None, None, None)
-        self._log_metrics(
-            self.config.rollout_length * self.num_envs,
-            returns[ended] if episodes is not None else torch.zeros(0),
-            lengths[ended] if episodes is not None else torch.zeros(0),
-        )
+        self._log_metrics(self.config.rollout_length * self.num_envs, *self._ended_episodes(episodes))
         return self._buffers.to("cpu") if self._rollout_travels() else self._buffers
 
     def _rollout_steps(self, T: int, t0: int, explore: bool):
@@ -514,7 +512,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             played = self._play(explore, math.ceil(num_timesteps / N), N, stop=lambda done: False, reset=self._obs is None)
             episodes = [chunk for i in range(N) for chunk in self._chunks(played, i)]
             returns, lengths, steps = played["ended_returns"], played["ended_lengths"], played["steps"] * N
-        self._log_metrics(steps, torch.tensor(returns), torch.tensor(lengths), windowed=False)
+        self._log_metrics(steps, len(returns), returns, lengths, windowed=False)
         return episodes
 
     def _play(self, explore: bool, max_steps: int, recorded: int, stop, reset: bool) -> dict:
@@ -652,24 +650,35 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self._recent_episodes.extend(saved["recent_episodes"])
 
     # ------------------------------------------------------------------ metrics
-    def _log_metrics(self, num_steps: int, returns: torch.Tensor, lengths: torch.Tensor, windowed: bool = True) -> None:
-        """RLlib's standard counters and episode metrics, from the on-device episode stats.
+    def _ended_episodes(self, episodes) -> tuple[int, list[float], list[int]]:
+        """How many episodes ended in a rollout, and the returns and lengths of the last of them
+        (as many as the metrics' window holds), from the rollout's ``(ended, returns, lengths)``
+        on the device. The rollout's one read-back: both columns under one mask, then one copy,
+        so a GPU is waited for twice per rollout (the mask's count, the copy), not per step."""
+        if episodes is None:
+            return 0, [], []
+        ended, returns, lengths = episodes
+        stats = torch.stack((returns.to(torch.float64), lengths.to(torch.float64)))[:, ended]
+        returns, lengths = stats[:, -self._recent_episodes.maxlen :].tolist()
+        return stats.shape[1], returns, [int(length) for length in lengths]
+
+    def _log_metrics(
+        self, num_steps: int, num_episodes: int, returns: list[float], lengths: list[int], windowed: bool = True
+    ) -> None:
+        """RLlib's standard counters and episode metrics, from host lists of the returns and
+        lengths of the episodes that ended (``_ended_episodes``).
 
         ``episode_return_mean`` is the mean of this runner's last
         ``metrics_num_episodes_for_smoothing / num_env_runners`` episodes, as RLlib documents
         that setting (RLlib 2.60's own runner clears its window on every reduce, so there it is
         the mean of the episodes that ended in the iteration, and one lucky iteration passes a
-        stop criterion). The runner keeps the window on the host. One small host transfer per
-        rollout: the returns and lengths of the episodes that ended in it. Not ``windowed``
+        stop criterion). The runner keeps the window on the host. Not ``windowed``
         (evaluation), it reports just the given episodes.
         """
-        self._increase_sampled_metrics(num_steps, len(returns))
+        self._increase_sampled_metrics(num_steps, num_episodes)
         if windowed:
-            window = self._recent_episodes.maxlen
-            self._recent_episodes.extend(zip(returns[-window:].tolist(), lengths[-window:].tolist()))
+            self._recent_episodes.extend(zip(returns, lengths))
             returns, lengths = zip(*self._recent_episodes) if self._recent_episodes else ((), ())
-        else:
-            returns, lengths = returns.tolist(), lengths.tolist()
         if returns:
             self._log_episode_summary(returns, lengths)
 
