@@ -10,7 +10,8 @@
 # the budget cuts is missing from the archive, listed in cut.txt and "unmeasured" in targets.txt,
 # never guessed; timings.txt says what each command took. GPU_ONLY names the benchmarks to run
 # (block_size scaling sampling update ops scaling_breakout breakdown training ppo_eager_step
-# training_dqn training_purejaxrl training_purejaxrl_dqn training_pendulum training_sac ppo_512envs learners), the rest skipped. Two calls fill a lease:
+# training_dqn training_purejaxrl training_purejaxrl_dqn training_pendulum training_sac sac_captured ppo_512envs
+# learners), the rest skipped. Two calls fill a lease:
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "tests bench"      (timeout_s 420)
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "training"         (timeout_s 420)
 # the second at once, while the machine is warm (30 s). benchmarks/RESULTS.md ("On a GPU") says
@@ -26,23 +27,24 @@
 #             its own gradient postprocessing left uncaptured, numba-cuda's kernel compiled when
 #             the env is made (no step compiles again), its recorded launch replayed bit for bit
 #             as a launch per step, PPO's recorded rollout replayed bit for
-#             bit as the rollout stepped from Python; gymnax stepping
+#             bit as the rollout stepped from Python, SAC's step captured with its noise drawn; gymnax stepping
 #             on the GPU in memory shared with torch), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's
 #             wheels are over what a call carries beside Ray; it runs on a GPU machine of one's own;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling of the CUDA
 #             contenders from 2^10 to 2^24 envs (numba-cuda's launch replayed from a CUDA graph
 #             and launched per step among them; MinAtar Breakout, an env with a 10x10x4 array
-#             each, to 2^20), sampling with the policy at 4,096 to 2^20 envs (the recorded rollout
+#             each, to 2^20), sampling with the policy at 2^16 and 2^20 envs (the recorded rollout
 #             against the rollout stepped from Python), the time per gradient
 #             step of the captured and the eager lean update against RLlib's and plain torch on the
 #             GPU, for PPO, DQN and SAC (bench update; SAC's captured step is what would decide
 #             cuda_graphs' default for DeviceSAC), the torch step's ops counted on the GPU (bench ops), the
-#             iteration breakdown;
+#             iteration breakdown with its build_algo() profiled (15-18 s on the H100, 0.9 s on a CPU);
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, gpu_cartpole_ppo_512envs.yaml), DQN,
 #             PureJaxRL's PPO and DQN on the image's JAX (the fastest on a CPU: one XLA program each),
-#             Pendulum PPO and SAC to -300, and the first PPO file with the gradient step eager
-#             (cuda_graphs false), on the device path, 3 seeds each, with the GPU's utilisation
+#             Pendulum PPO and SAC to -300, the first PPO file with the gradient step eager
+#             (cuda_graphs false), SAC's with it captured (cuda_graphs true), on the device path,
+#             3 seeds each, with the GPU's utilisation
 #             sampled every 0.2 s;
 #   learners  one learner in the driver against one colocated learner actor on the GPU and the
 #             separate layout (an env runner and a learner sharing the GPU), with a rollout's trip
@@ -51,7 +53,8 @@
 # Everything lands in $OUT (the device tool returns it); the figures go into
 # benchmarks/RESULTS.md with the GPU model and versions from machine.txt. Each call ends with the
 # issue's targets as far as its stages measured them; with every archive unpacked into
-# benchmarks/gpu/, `python -m rllib_gpuenv.bench.targets benchmarks/gpu` gives them all.
+# benchmarks/gpu/<date>-<gpu>/, `python -m rllib_gpuenv.bench.targets benchmarks/gpu` gives each target from
+# the latest lease that measured it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -95,11 +98,11 @@ run)
         s=$((s < cap ? s : cap)); echo $((s > 5 ? s : 0))
     }
     bench() {  # bench CAP DIR NAME ARGS...: results in $RES/DIR, the table in $RES/DIR/NAME.txt and here
-        local t; t=$(left "$1"); local dir=$RES/$2 name=$3; shift 3; mkdir -p "$dir"
+        local t; t=$(left "$1"); local dir=$RES/$2 name=$3; shift 3
         local key=$name; [ "$dir" = "$RES/." ] || key=${dir#"$RES"/}
         if [ -n "${GPU_ONLY:-}" ] && [[ " $GPU_ONLY " != *" $key "* ]]; then echo "$key: not run (GPU_ONLY)" >>"$RES/cut.txt"; return; fi
         [ "$t" -gt 0 ] || { echo "$name: not run, the stage budget is spent" | tee -a "$RES/cut.txt"; return; }
-        echo "== bench $name (at most ${t}s)"
+        mkdir -p "$dir"; echo "== bench $name (at most ${t}s)"
         local start=$SECONDS
         timeout "$t" python3 -m rllib_gpuenv.cli bench "$@" --plot --out "$dir" 2>>"$dir/$name.log" | tee "$dir/$name.txt" | tail -25
         [ "${PIPESTATUS[0]}" = 124 ] && echo "$name: cut at its cap of ${t}s" | tee -a "$RES/cut.txt"
@@ -121,11 +124,12 @@ run)
         bench)
             bench 40 . block_size block-size --num-envs 65536,1048576,16777216
             bench 80 . scaling scaling --num-envs 1024..16777216 --only cuda
-            bench 120 . sampling sampling --num-envs 4096,65536,1048576
+            # 4,096 envs bring in RLlib's stock runner (~9 s a call on a CPU): the CPU's table has it
+            bench 120 . sampling sampling --num-envs 65536,1048576
             bench 90 . update update --device cuda --algos PPO,DQN,SAC --minibatch-sizes 128,512,1024,4096
             bench 30 . ops ops --device cuda --num-envs 1048576
             bench 40 . scaling_breakout scaling --env GPUBreakout-MinAtar --num-envs 1024..1048576 --only cuda
-            bench 90 . breakdown breakdown ;;
+            bench 90 . breakdown breakdown --profile-build 25 ;;
         training)
             # utilisation.csv: the GPU's busy share and memory every 0.2 s while the stage trains
             nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 >"$RES/utilisation.csv" 2>&1 &
@@ -140,6 +144,9 @@ run)
             sed 's/^    use_kl_loss: false.*/&\n    cuda_graphs: false/' configs/gpu_cartpole_ppo.yaml > "$RES/ppo_eager_step.yaml"
             grep -q '^    cuda_graphs: false' "$RES/ppo_eager_step.yaml" || echo "ppo_eager_step.yaml: cuda_graphs not set" >&2
             bench 120 ppo_eager_step training training --contenders device --budget 30 --device-config "$RES/ppo_eager_step.yaml"
+            # DeviceSAC with its gradient step captured (cuda_graphs is off by its default until a GPU shows it pays)
+            { cat configs/gpu_pendulum_sac.yaml; echo '    cuda_graphs: true'; } > "$RES/sac_captured.yaml"
+            bench 120 sac_captured training --task pendulum-sac --contenders device --budget 40 --device-config "$RES/sac_captured.yaml"
             kill "$sampler" 2>/dev/null; sampler= ;;
         learners)
             bench 120 . learners learners --device cuda --learners 1 --seeds 0,1,2 --budget 60 \

@@ -236,13 +236,15 @@ def device_config(
     return config
 
 
-def device_path(config, iterations: int) -> dict:
+def device_path(config, iterations: int, profile_build: int = 0) -> dict:
     """One row: the device path's iteration in parts. PPO's training data is its advantages
     (values + GAE on the learner, part of its update); DQN's is its n-step transitions and
-    the replay buffer's adds and draws (between sampling and the update)."""
+    the replay buffer's adds and draws (between sampling and the update). ``build_s``: how long
+    ``build_algo()`` took (not part of the iteration); with ``profile_build`` its slowest
+    ``profile_build`` functions (cumulative time) are printed."""
     from rllib_gpuenv.rllib.ppo import DevicePPO
 
-    algo = config.build_algo()
+    algo, build_s = _build(config, profile_build)
     try:
         runner, learner = algo.env_runner, algo.learner_group._learner
         is_ppo = isinstance(algo, DevicePPO)
@@ -274,7 +276,7 @@ def device_path(config, iterations: int) -> dict:
         name, env = type(algo).__name__, unqualified_env_id(config.env)
         setup = "ours: device path" + ("" if (name, env) == ("DevicePPO", DEFAULT_ENV) else f" ({name}, {env})")
         row = _row(setup, str(runner._device), str(learner._device), round(steps), seconds, parts, scales, gpu)
-        return {**row, "update": _update(config)}
+        return {**row, "update": _update(config), "build_s": build_s}
     finally:
         algo.stop()
 
@@ -301,6 +303,25 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
         return _train(algo, iterations, clock)
     finally:
         clock.unwrap()  # device_replay.n_step_transitions is the module's own function again
+
+
+def _build(config, profile_build: int):
+    """``config.build_algo()`` and its seconds; profiled where ``profile_build`` asks (on the H100
+    leases the main job's build took 15-18 s, on the 2-core CPU 0.9 s)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile() if profile_build else None
+    start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
+    algo = config.build_algo()
+    build_s = time.perf_counter() - start
+    if profiler is not None:
+        profiler.disable()
+        print(f"build_algo() took {build_s:.2f} s; its slowest calls (cumulative):")
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(profile_build)
+    return algo, build_s
 
 
 def _device_sampling_pieces(runner, T: int, rollouts: float) -> dict[str, float]:
@@ -486,6 +507,7 @@ def run(
     algo: str = "DevicePPO",
     env: str | None = None,
     config_file: str | None = None,
+    profile_build: int = 0,
 ) -> list[dict]:
     """The device path's iteration in parts, and for PPO RLlib's stock runner's beside it (its
     DQN has another training step, with RLlib's episode replay buffer: not compared here). The
@@ -504,7 +526,7 @@ def run(
     print("  device path ...", file=sys.stderr, flush=True)
     if not builds_without_ray(config):
         _start_ray()
-    rows = [{**device_path(config, iterations), "ray": ray.is_initialized()}]
+    rows = [{**device_path(config, iterations, profile_build), "ray": ray.is_initialized()}]
     if algo == "DevicePPO":
         print("  stock runner ...", file=sys.stderr, flush=True)
         _start_ray()
@@ -538,6 +560,7 @@ def table(rows: list[dict]) -> str:
         ["iteration (sum of the parts)", *(f"{r['seconds_per_iteration'] * 1e3:.1f} ms" for r in rows)],
         ["env-steps/s", *(f"{r['env_steps_per_s']:,.0f}" for r in rows)],
         ["devices (runner / learner)", *(f"{r['runner_device']} / {r['learner_device']}" for r in rows)],
+        ["build_algo() (before the iterations)", *(f"{r['build_s']:.2f} s" if "build_s" in r else "-" for r in rows)],
         [
             "GPU utilisation",
             *("n/a" if r["gpu_utilisation_pct"] is None else f"{r['gpu_utilisation_pct']:.0f}%" for r in rows),
@@ -593,6 +616,13 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--iterations", type=options.count(), default=5, help="timed iterations (default: %(default)s)")
     parser.add_argument("--device", type=options.device, help="device of the device path (default auto)")
+    parser.add_argument(
+        "--profile-build",
+        type=options.count(0),
+        default=0,
+        metavar="N",
+        help="profile the device path's build_algo() and print its N slowest calls (cumulative time)",
+    )
 
 
 def run_from_args(args) -> None:
@@ -607,6 +637,7 @@ def run_from_args(args) -> None:
             algo=args.algo,
             env=args.env,
             config_file=args.device_config,
+            profile_build=args.profile_build,
         )
     except (ValueError, FileNotFoundError) as err:  # an algorithm or env it does not know, a missing experiment file
         raise SystemExit(f"rllib-gpuenv bench breakdown: error: {err}") from None

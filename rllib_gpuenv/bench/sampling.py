@@ -250,7 +250,7 @@ def run(
         here = [(c, k) for c, k in chosen if n <= c.max_envs]
         print(f"  num_envs={n:>9,}: {len(here)} contenders on {device}, {rounds} rounds", file=sys.stderr, flush=True)
         calls = {c.name: c.make(n) for c, _ in here}
-        turns = interleaved_turns([c for c, _ in here], calls, rounds, min_seconds, min_calls=3 * rounds)
+        turns = interleaved_turns([c for c, _ in here], calls, rounds, min_seconds, min_calls=rounds)
         for c, k in here:
             seconds = statistics.median(turns[c.name])
             rows.append(

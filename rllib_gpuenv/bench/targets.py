@@ -1,12 +1,14 @@
 """The GPU targets, read from recorded results: met, missed or unmeasured.
 
-    python -m rllib_gpuenv.bench.targets benchmarks/gpu    # the unpacked archives of gpu_session.sh
+    python -m rllib_gpuenv.bench.targets benchmarks/gpu/2026-11-27-h100  # one lease's archives, unpacked
+    python -m rllib_gpuenv.bench.targets benchmarks/gpu   # every lease: each target's latest measurement
 
 Each target is read from the JSON that ``gpu_session.sh`` writes (``scaling.json``,
 ``block_size.json``, ``sampling.json``, ``training.json``, ``ppo_512envs/training.json``). A
 target whose rows are not there (no GPU run yet, or a stage cut short) is "unmeasured", never
-guessed. The figures go into benchmarks/RESULTS.md with the GPU model and versions of
-``machine.txt``.
+guessed. Given a folder of leases (folders named by date, each with its ``machine.txt``), each
+target comes from the latest lease that measured it, and says which. The figures go into
+benchmarks/RESULTS.md with the GPU model and versions of ``machine.txt``.
 """
 
 from __future__ import annotations
@@ -111,11 +113,31 @@ TARGETS = (
 )
 
 
+def leases(folder: str) -> list[str]:
+    """``folder`` if it holds one lease's results, else its lease folders (those with a
+    ``machine.txt``), latest first (their names start with the date)."""
+    if os.path.exists(os.path.join(folder, "machine.txt")):
+        return [folder]
+    found = [entry.path for entry in os.scandir(folder) if os.path.exists(os.path.join(entry.path, "machine.txt"))]
+    return sorted(found, reverse=True) or [folder]
+
+
+def _latest(target: Target, folder: str) -> tuple[float, str] | None:
+    """The target's measurement from the latest lease in ``folder`` that has one."""
+    many = len(found := leases(folder)) > 1
+    for lease in found:
+        measured = target.measure(lease)
+        if measured is not None:
+            value, source = measured
+            return value, f"{os.path.basename(lease)}/{source}" if many else source
+    return None
+
+
 def check(folder: str) -> list[dict]:
     """One row per target: the measured value (None: unmeasured), where it comes from, and the verdict."""
     rows = []
     for target in TARGETS:
-        measured = target.measure(folder)
+        measured = _latest(target, folder)
         if measured is None:
             verdict, value, source = "unmeasured", None, "no GPU rows"
         else:

@@ -104,17 +104,25 @@ def test_breakdown(tmp_path):
 
 
 def test_breakdown_of_pendulum_ppo(tmp_path):
-    """Another env, a Box action space: both setups on GPUPendulum-v1 (the device path with its own settings file)."""
+    """Another env, a Box action space: both setups on GPUPendulum-v1 (the device path with its
+    own settings file); the device path's build profiled."""
     out = bench(
-        tmp_path, "breakdown", "--env", "GPUPendulum-v1", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1"
-    )
+        tmp_path, "breakdown", "--env", "GPUPendulum-v1", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1",
+        "--profile-build", "5",
+    )  # fmt: skip
     assert "one DevicePPO iteration on GPUPendulum-v1" in out.stdout
+    assert (
+        "build_algo() took" in out.stdout
+        and "cumulative" in out.stdout
+        and "build_algo() (before the iterations)" in out.stdout
+    )
     rows = outputs(tmp_path, "breakdown_DevicePPO_GPUPendulum-v1")["rows"]
     assert [r["setup"] for r in rows] == [
         "ours: device path (DevicePPO, GPUPendulum-v1)",
         "RLlib stock runner, our env (GPUPendulum-v1)",
     ]
     assert rows[0]["update"] == rows[1]["update"] == {"num_epochs": 10, "minibatch_size": 128}  # Pendulum's file, for both
+    assert rows[0]["build_s"] > 0 and "build_s" not in rows[1]
     for r in rows:
         assert r["s_env stepping"] > 0 and sum(v for k, v in r.items() if k.startswith("s_")) == pytest.approx(
             r["seconds_per_iteration"], rel=1e-9
@@ -207,3 +215,6 @@ def test_the_gpu_targets_are_read_from_gpu_results_only(tmp_path, capsys):
     assert out.count("unmeasured") == len(targets.TARGETS)
     h100 = {row["target"]: row["verdict"] for row in targets.check(os.path.join(ROOT, "benchmarks", "gpu", "2026-11-26-h100"))}
     assert list(h100.values()) == ["met", "met", "unmeasured", "unmeasured", "unmeasured"]  # its lease ran out first
+    every_lease = targets.check(os.path.join(ROOT, "benchmarks", "gpu"))  # each target from the latest lease with it
+    assert [row["verdict"] for row in every_lease] == ["met", "met", "unmeasured", "met", "met"]
+    assert every_lease[0]["source"].startswith("2026-11-26-h100/") and every_lease[3]["source"].startswith("2026-11-27-h100/")
