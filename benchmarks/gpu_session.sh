@@ -26,7 +26,7 @@
 #             update, not per step, a step that cannot be captured falling back, a learner with
 #             its own gradient postprocessing left uncaptured, numba-cuda's kernel compiled when
 #             the env is made (no step compiles again), its recorded launch replayed bit for bit
-#             as a launch per step, PPO's recorded rollout replayed bit for
+#             as a launch per step, PPO's and DQN's recorded rollouts replayed bit for
 #             bit as the rollout stepped from Python, SAC's step captured with its noise drawn; gymnax stepping
 #             on the GPU in memory shared with torch), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's

@@ -186,6 +186,25 @@ def test_numba_cpu_envs_and_their_runner_default_to_the_cpu_on_a_gpu_machine():
     assert runner_device("auto", 0, 0, cartpole_config()).type == "cuda"
 
 
+def test_the_main_job_builds_on_the_gpu_without_starting_ray():
+    """Its learner and runner in this process, on the GPU: RLlib's learner would ask Ray which GPU
+    it has, which starts a Ray cluster (the builds of the H100 leases took 15-18 s);
+    ``LocalLearnerDevice`` takes ``local_gpu_idx`` instead, what RLlib answers there anyway."""
+    import ray
+
+    from rllib_gpuenv.experiments import cartpole_config
+
+    assert not ray.is_initialized()
+    algo = cartpole_config(seed=0).build_algo()
+    try:
+        assert not ray.is_initialized()
+        assert algo.learner_group._learner._device == torch.device("cuda", torch.cuda.current_device())
+        algo.train()
+        assert not ray.is_initialized()
+    finally:
+        algo.stop()
+
+
 def sync_sites(run) -> list[str]:
     """Where ``run()`` made the host wait for the GPU (torch's sync debug mode warns at every
     torch op that does): a ``file:line`` per wait, so that a count that fails says what waited."""
@@ -251,15 +270,21 @@ def recorded_and_stepped_runners(file: str, backend: str = "numba-cuda", num_env
 
 
 @pytest.mark.parametrize(
-    "file, backend",
-    [("gpu_cartpole_ppo.yaml", "numba-cuda"), ("gpu_cartpole_ppo.yaml", "torch"), ("gpu_pendulum_ppo.yaml", "numba-cuda")],
+    "file, backend, num_envs",
+    [
+        ("gpu_cartpole_ppo.yaml", "numba-cuda", 1024),
+        ("gpu_cartpole_ppo.yaml", "torch", 1024),
+        ("gpu_pendulum_ppo.yaml", "numba-cuda", 1024),
+        ("gpu_cartpole_dqn.yaml", "numba-cuda", 64),  # 1,024 steps a rollout: epsilon falls across the replays
+    ],
 )
-def test_a_recorded_rollout_samples_as_the_stepped_one(file, backend):
-    """PPO's rollout, recorded once as a CUDA graph and replayed (rllib/rollout_graph.py), fills
-    the same rows, bit for bit, as stepping from Python does: the same actions from the same
-    random numbers, episodes ending across rollouts, weights changed in place between rollouts
-    (as training does), a reset (recorded again)."""
-    recorded, stepped = recorded_and_stepped_runners(file, backend)
+def test_a_recorded_rollout_samples_as_the_stepped_one(file, backend, num_envs):
+    """A rollout recorded once as a CUDA graph and replayed (rllib/rollout_graph.py) fills the
+    same rows, bit for bit, as stepping from Python does: the same actions from the same random
+    numbers (PPO's drawn by the runner, DQN's by its module with epsilon from a device step
+    count), episodes ending across rollouts, weights changed in place between rollouts (as
+    training does), a reset (recorded again)."""
+    recorded, stepped = recorded_and_stepped_runners(file, backend, num_envs)
     assert recorded.env.unwrapped.backend == backend
     rows, metrics = {}, {}
     for runner in (recorded, stepped):
@@ -282,9 +307,11 @@ def test_a_recorded_rollout_samples_as_the_stepped_one(file, backend):
 
 
 def test_a_rollout_whose_module_draws_its_actions_is_not_recorded():
-    """DQN's module draws its own actions with the step count (its epsilon schedule), a Python
-    value a recorded rollout would keep: such rollouts step from Python, without a warning."""
+    """A module that draws its own actions with the step count as a Python value (DQN's, told
+    that it cannot take a device tensor): a recorded rollout would keep that value, so such
+    rollouts step from Python, without a warning."""
     recorded, _ = recorded_and_stepped_runners("gpu_cartpole_dqn.yaml")
+    recorded.module.explores_with_device_step = False
     for _ in range(3):
         recorded.sample()
     assert recorded._module_draws and recorded._rollout_graph is None and recorded._graph_failure is None

@@ -41,11 +41,13 @@ from rllib_gpuenv.rllib.device_replay import (
 )
 from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
-from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
+from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
 from rllib_gpuenv.rllib.resources import ChecksResources
 
 
-class DeviceDQNTorchLearner(ColocatedEnvs, DeviceReplayLearner, LeanUpdate, FusedAdamLearnerMixin, DQNTorchLearner):
+class DeviceDQNTorchLearner(
+    LocalLearnerDevice, ColocatedEnvs, DeviceReplayLearner, LeanUpdate, FusedAdamLearnerMixin, DQNTorchLearner
+):
     """RLlib's DQN learner (loss, double Q, target updates) with fused Adam and the lean update
     loop (``lean_update.py``), its replay buffer (or its shard of it) on its device, and,
     colocated, envs of its own."""
@@ -80,19 +82,36 @@ class DeviceDQNTorchLearner(ColocatedEnvs, DeviceReplayLearner, LeanUpdate, Fuse
             }
 
 
+def schedule_value(scheduler, t: torch.Tensor) -> torch.Tensor:
+    """RLlib's ``Scheduler`` value at step ``t``, a tensor (float64, on ``t``'s device), computed
+    on the device with the same float64 operations RLlib's ``PiecewiseSchedule`` runs in
+    Python: the very same value, without a Python number that a recorded rollout would freeze."""
+    if not scheduler.use_schedule:
+        return torch.full((), float(scheduler.get_current_value()), dtype=torch.float64, device=t.device)
+    endpoints = scheduler._schedule.endpoints
+    value = torch.full((), float(scheduler._schedule.outside_value), dtype=torch.float64, device=t.device)
+    for (l_t, left), (r_t, right) in reversed(list(zip(endpoints[:-1], endpoints[1:]))):  # the first interval wins
+        alpha = (t - l_t).to(torch.float64) / (r_t - l_t)
+        value = torch.where((l_t <= t) & (t < r_t), left + alpha * (right - left), value)
+    return value
+
+
 class DeviceDQNTorchRLModule(DefaultDQNTorchRLModule):
     """RLlib's DQN module, with an epsilon-greedy draw that reads nothing back from the GPU.
 
     RLlib draws the random action with ``torch.multinomial``, which waits for the GPU on every
     call (``action_sampling``). The rule is RLlib's: with probability epsilon a uniform
     action among those whose Q-value is not 0 (a masked action's Q of -inf counts as 0), else
-    the greedy one.
+    the greedy one. The step count may be a device tensor (``explores_with_device_step``): the
+    runner's recorded rollout (``rollout_graph.py``) passes one, which it sets before each replay.
     """
 
-    def _forward_exploration(self, batch: dict, t: int) -> dict:
+    explores_with_device_step = True
+
+    def _forward_exploration(self, batch: dict, t: int | torch.Tensor) -> dict:
         qf_outs = self.compute_q_values(batch)
         q = qf_outs[QF_PREDS]
-        epsilon = self.epsilon_schedule.update(t)
+        epsilon = schedule_value(self.epsilon_schedule, t) if isinstance(t, torch.Tensor) else self.epsilon_schedule.update(t)
         random_actions = action_sampling.uniform_among(torch.nan_to_num(q, neginf=0.0) != 0.0)
         explore = torch.rand(q.shape[:-1], device=q.device) < epsilon
         output = {Columns.ACTIONS: torch.where(explore, random_actions, q.argmax(dim=-1))}

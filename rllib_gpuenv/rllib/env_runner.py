@@ -280,6 +280,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self._rollout_graph: RolloutGraph | None = None  # on a GPU: the rollout recorded (rollout_graph.py)
         self._graph_failure: str | None = None  # why recording failed: every rollout steps from Python
         self._module_draws = False  # the module chose the actions itself (with the step count, e.g. DQN's epsilon)
+        self._step_count: torch.Tensor | None = None  # the global step a recorded rollout starts from, on the device
         self._actions_for_env = ActionsForEnv(
             env.single_action_space, config.normalize_actions, config.clip_actions, self._device
         )
@@ -397,9 +398,10 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         self._log_metrics(self.config.rollout_length * self.num_envs, *self._ended_episodes(episodes))
         return self._buffers.to("cpu") if self._rollout_travels() else self._buffers
 
-    def _rollout_steps(self, T: int, t0: int, explore: bool):
-        """Step every env ``T`` times into the rollout buffers; ``(ended, returns, lengths)`` of
-        each step, ``(T, N)`` on the device (None for an env that reports no episodes)."""
+    def _rollout_steps(self, T: int, t0: int | torch.Tensor, explore: bool):
+        """Step every env ``T`` times into the rollout buffers, from global step ``t0`` (a device
+        tensor where the rollout is recorded); ``(ended, returns, lengths)`` of each step,
+        ``(T, N)`` on the device (None for an env that reports no episodes)."""
         episodes = []  # (mask, returns, lengths) per step, on the device
         for t in range(T):
             actions, logp, dist_inputs = self._act(self._obs, explore, t0 + t * self.num_envs)
@@ -427,14 +429,15 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def _records_rollouts(self) -> bool:
         """Whether this rollout replays a recorded one (``rollout_graph.py``): on a GPU, for this
         package's envs, after a first rollout stepped from Python (it compiles the kernel, allocates
-        the buffers, initialises cuBLAS), where the runner draws the actions."""
+        the buffers, initialises cuBLAS), where the runner draws the actions or the module draws
+        them from a device step count (DQN's)."""
         env = self.env.unwrapped
         return (
             self._device.type == "cuda"
             and getattr(self.config, "rollout_cuda_graph", True)
             and self._graph_failure is None
             and self._buffers is not None
-            and not self._module_draws
+            and (not self._module_draws or getattr(self.module, "explores_with_device_step", False))
             and isinstance(env, GPUVectorEnv)
         )
 
@@ -448,15 +451,20 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
 
     def _recorded_rollout(self, explore: bool):
         """The rollout, by replaying the recorded one (recorded first where none holds this
-        rollout length, buffers, module and exploration); stepped from Python where recording fails."""
+        rollout length, buffers, module and exploration); stepped from Python where recording
+        fails. The step count a module explores with (DQN's epsilon) is a device tensor the
+        recording reads, set before each replay."""
         T = self.config.rollout_length
         key, owners = (T, explore), (self._buffers, self.module)
+        if self._step_count is None:
+            self._step_count = torch.zeros((), dtype=torch.int64, device=self._device)
+        self._step_count.fill_(self._global_step())  # a kernel with the value as its argument: no wait
         graph = self._rollout_graph
         if graph is None or not graph.holds(key, owners):
             self._rollout_graph = None
             try:
                 graph = RolloutGraph.record(
-                    lambda: self._rollout_steps(T, self._global_step(), explore),
+                    lambda: self._rollout_steps(T, self._step_count, explore),
                     self._carried,
                     self._set_carried,
                     key,

@@ -79,6 +79,31 @@ def rollout_batch(rollout: Rollout) -> MultiAgentBatch:
     return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=rollout.num_env_steps)
 
 
+class LocalLearnerDevice:
+    """A learner in a process without Ray takes its GPU without starting Ray.
+
+    RLlib's ``TorchLearner.build`` asks Ray which GPUs it was given (``get_device``, through
+    ``ray.get_runtime_context()``) whenever the learner has a GPU. Where Ray is not running, as
+    in the main job (``in_process.py``), that call starts a local Ray cluster (8 s on the 2-core
+    CPU; the main job's build took 15-18 s on the H100 leases), only for RLlib to return
+    ``config.local_gpu_idx``, as it does for any learner outside a Ray worker. Here the learner
+    takes that device directly."""
+
+    def build(self) -> None:
+        import ray
+        from ray.rllib.core.learner.torch import torch_learner
+
+        if ray.is_initialized() or not self.config.num_gpus_per_learner:
+            return super().build()  # a Ray worker (or a driver with Ray): RLlib asks Ray, as it should
+        device = torch.device(self.config.local_gpu_idx)
+        asks_ray = torch_learner.get_device
+        torch_learner.get_device = lambda config, num_gpus_requested=1: device
+        try:
+            return super().build()
+        finally:
+            torch_learner.get_device = asks_ray
+
+
 class FusedAdamLearnerMixin:
     """Fused Adam and one finite-gradient check per update, for any RLlib torch learner.
 
@@ -105,7 +130,7 @@ class FusedAdamLearnerMixin:
                 self.get_optimizer(module_id, optimizer_name).step()
 
 
-class DevicePPOTorchLearner(ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, PPOTorchLearner):
+class DevicePPOTorchLearner(LocalLearnerDevice, ColocatedEnvs, LeanUpdate, FusedAdamLearnerMixin, PPOTorchLearner):
     """``PPOTorchLearner`` that computes values and advantages of rollouts itself, updates on
     them with the lean loop (``lean_update.py``; RLlib's ``update`` where that does not apply),
     and samples its own envs when colocated with them."""

@@ -19,9 +19,11 @@ rollout needs, and how ``RolloutGraph`` provides it:
   which each replay first copies the runner's current ones; after a replay the runner's are the
   tensors the last recorded step wrote (``outputs``).
 * **No host sync and nothing that depends on Python values that change.** The device env
-  runner's step reads nothing back; the step count a module may use for its exploration (DQN's
-  epsilon schedule) is a Python value, so only rollouts whose actions the runner draws from the
-  module's distribution (PPO's) are recorded, and only for this package's envs (``GPUVectorEnv``),
+  runner's step reads nothing back. The step count a module may explore with (DQN's epsilon
+  schedule) changes every step: the recording reads it from a device tensor the runner sets
+  before each replay, for modules that take one (``explores_with_device_step``: DQN's computes
+  its epsilon from it on the device); a module that draws its own actions from a Python step
+  count is not recorded. Only this package's envs (``GPUVectorEnv``) are,
   whose step runs on torch's stream as one numba-cuda kernel or as torch ops that read nothing
   back on a GPU (a JAX env's runs on JAX's stream, a gymnasium env's on the host).
 

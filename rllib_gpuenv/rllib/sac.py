@@ -59,7 +59,7 @@ from rllib_gpuenv.rllib.device_replay import (
 )
 from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
-from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin
+from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
 from rllib_gpuenv.rllib.resources import ChecksResources
 
 LOG_ALPHAS = "sac_log_alphas"  # the learner state's entry for the temperatures (RLlib's leaves them out)
@@ -74,7 +74,9 @@ class DeviceSACTorchRLModule(DefaultSACTorchRLModule):
         return action_sampling.SquashedGaussian if cls is TorchSquashedGaussian else cls
 
 
-class DeviceSACTorchLearner(ColocatedEnvs, DeviceReplayLearner, LeanUpdate, FusedAdamLearnerMixin, SACTorchLearner):
+class DeviceSACTorchLearner(
+    LocalLearnerDevice, ColocatedEnvs, DeviceReplayLearner, LeanUpdate, FusedAdamLearnerMixin, SACTorchLearner
+):
     """RLlib's SAC learner (its losses, its four optimizers, fused) with the lean update loop
     (``lean_update.py``), its replay buffer (or its shard of it) on its device, the targets
     moved for all of an update's gradient steps, and, colocated, envs of its own."""

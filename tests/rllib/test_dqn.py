@@ -142,3 +142,39 @@ def test_a_setting_deviceDQN_cannot_train_with_fails_when_validated(change, mess
     config = DeviceDQNConfig().environment(change.pop("env", "GPUCartPole-v1")).training(**change)
     with pytest.raises(ValueError, match=message):
         config.validate()
+
+
+@pytest.mark.parametrize("epsilon", [[[0, 1.0], [5_000, 0.01]], [[0, 1.0], [300, 0.5], [7_777, 0.02]], 0.1])
+def test_epsilon_on_the_device_is_rllibs_value(epsilon):
+    """A recorded rollout reads DQN's epsilon from a device step count: the same float64 value
+    RLlib's schedule computes in Python, at every step, the endpoints and past the last included."""
+    from ray.rllib.utils.schedules.scheduler import Scheduler
+
+    from rllib_gpuenv.rllib.dqn import schedule_value
+
+    scheduler = Scheduler(fixed_value_or_schedule=epsilon, framework="torch")
+    steps = [*range(0, 8_000, 37), 299, 300, 301, 4_999, 5_000, 7_776, 7_777, 10**9]
+    ours = [schedule_value(scheduler, torch.tensor(t)).item() for t in steps]
+    assert ours == [float(scheduler.update(t)) for t in steps]
+
+
+def test_a_rollout_from_a_device_step_count_is_the_rollout_from_a_python_one():
+    """What a recorded DQN rollout runs (the step count a device tensor), stepped here on the CPU:
+    the same actions and rows as the rollout from the Python step count, epsilon mid-schedule."""
+    config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner="cpu", env_runners="cpu").debugging(seed=0)
+    config.env_runners(num_envs_per_env_runner=64)
+    rows = []
+    for step in (2_000, torch.tensor(2_000), torch.tensor(10**6)):
+        algo = config.build_algo()
+        try:
+            runner = algo.env_runner
+            runner._reset()
+            runner._rollout_steps(1, 0, explore=True)  # allocates the buffers
+            torch.manual_seed(1)
+            with torch.no_grad():
+                runner._rollout_steps(config.rollout_length, step, explore=True)
+            rows.append({k: v.clone() for k, v in vars(runner._buffers).items() if isinstance(v, torch.Tensor)})
+        finally:
+            algo.stop()
+    assert rows[0].keys() == rows[1].keys() and all(torch.equal(rows[0][k], rows[1][k]) for k in rows[0])
+    assert not torch.equal(rows[1]["actions"], rows[2]["actions"])  # the step count reaches the draw: epsilon 0.6 vs 0.01
