@@ -25,7 +25,8 @@
 #             Gaussian noise fixed), host syncs per
 #             update, not per step, a step that cannot be captured falling back, a learner with
 #             its own gradient postprocessing left uncaptured, numba-cuda's kernel compiled when
-#             the env is made (no step compiles again), its recorded launch replayed bit for bit
+#             the env is made (no step compiles again) and loaded from numba's disk cache by a later
+#             process, the main job built without starting Ray, its recorded launch replayed bit for bit
 #             as a launch per step, PPO's and DQN's recorded rollouts replayed bit for
 #             bit as the rollout stepped from Python, SAC's step captured with its noise drawn; gymnax stepping
 #             on the GPU in memory shared with torch), the PTX compile for the device's compute

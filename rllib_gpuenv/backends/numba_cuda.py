@@ -11,7 +11,8 @@ lease's host (outputs reused, no checks) for microseconds of GPU work, and numba
 packs the kernel's ~20 arguments at every launch. Only the actions change from step to step, so
 the first step also records its launch as a CUDA graph that reads the actions from a fixed
 buffer (``LaunchGraph``); a later step is a copy into that buffer and a replay. The kernel itself
-is compiled and loaded onto the GPU when the env is made (``load``), as numba-cpu's is. Where
+is compiled (or loaded from numba's on-disk cache) and loaded onto the GPU when the env is made
+(``load``), as numba-cpu's is. Where
 the caller records a CUDA graph of its own (a loop of steps, say), the step launches, and that
 graph records the launch. What replaying saves is for a GPU to measure (``bench scaling`` times
 both ways). The launch is recorded again when what the kernel reads moves (other buffers or
@@ -92,14 +93,12 @@ def step_one_env(
 
 
 def kernel_source(env: BoundEnv, dtype: torch.dtype):
-    """The Python function ``cuda.jit`` compiles for ``env`` and ``dtype`` (device functions bound)."""
+    """The Python function ``cuda.jit`` compiles for ``env`` and ``dtype`` (device functions
+    bound), named as numba-cpu's kernel is: with a digest of the sources and parameters it is
+    built from, which numba's on-disk cache tells kernels apart by (``BoundEnv.kernel_name``)."""
     begin_episode, advance_env = env.kernel_functions(dtype)
-    fn = bind(
-        step_one_env,
-        name=f"step_one_env__{env.definition.id.replace('-', '_')}",
-        BEGIN_EPISODE=begin_episode,
-        ADVANCE_ENV=advance_env,
-    )
+    name = env.kernel_name("step_one_env", dtype) or f"step_one_env__{env.definition.id.replace('-', '_')}"
+    fn = bind(step_one_env, name=name, BEGIN_EPISODE=begin_episode, ADVANCE_ENV=advance_env)
     return cuda_device_functions(fn)
 
 
@@ -120,9 +119,13 @@ def explain_compile_error(err: Exception, env_id: str) -> Exception:
 
 
 def kernel_for(env: BoundEnv, dtype: torch.dtype):
+    """The compiled step of ``env`` for state of ``dtype``: compiled once per process, and kept in
+    numba's on-disk cache for later processes (one entry per GPU compute capability), as
+    numba-cpu's is, where its sources can be read (an env defined in a notebook compiles in every
+    process). On the H100 leases each process compiled it anew, 2.2 s of the build."""
     key = (env.definition.id, env.params, dtype)
     if key not in _KERNELS:
-        _KERNELS[key] = cuda.jit(kernel_source(env, dtype))
+        _KERNELS[key] = cuda.jit(cache=env.kernel_name("step_one_env", dtype) is not None)(kernel_source(env, dtype))
     return _KERNELS[key]
 
 
