@@ -40,7 +40,7 @@ import sys
 import torch
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure
+from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure, write_results
 from rllib_gpuenv.bench.scaling import POOL, Contender, _action_pool, _ours, interleaved_turns
 from rllib_gpuenv.experiments.progress import format_table
 from rllib_gpuenv.jax_envs import is_jax_id, make_jax_env
@@ -245,6 +245,15 @@ def run(
     """Time every contender at every size; print a table; write JSON/CSV (and a PNG)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     chosen = contenders(device, rollout_length, env)
+    name = results_name(env)
+    meta = {
+        "env": env,
+        "num_envs": num_envs,
+        "rollout_length": rollout_length,
+        "device": device,
+        "rounds": rounds,
+        "min_seconds": min_seconds,
+    }
     rows = []
     for n in num_envs:
         here = [(c, k) for c, k in chosen if n <= c.max_envs]
@@ -266,16 +275,8 @@ def run(
             )
             print(f"    {c.name:<44} {n * k / seconds:,.0f} env-steps/s", file=sys.stderr)
             getattr(calls[c.name], "close", lambda: None)()
+        write_results(rows, out_dir, f"{name}.partial", meta)  # the sizes so far, should a cap cut the run
     print(summary(rows))
-    meta = {
-        "env": env,
-        "num_envs": num_envs,
-        "rollout_length": rollout_length,
-        "device": device,
-        "rounds": rounds,
-        "min_seconds": min_seconds,
-    }
-    name = results_name(env)
     report(rows, out_dir, name, meta, plot=(lambda: plot_sampling(rows, out_dir, name)) if plot else None)
     return rows
 

@@ -35,9 +35,18 @@ class Target:
     at_most: bool = False
 
 
+def _source(folder: str, name: str) -> str:
+    """``name``, or where a cap cut the run before it wrote that, what it wrote as it went
+    (``<name>.partial.json``: the sizes or seeds it finished)."""
+    partial = name.removesuffix(".json") + ".partial.json"
+    cut = not os.path.exists(os.path.join(folder, name)) and os.path.exists(os.path.join(folder, partial))
+    return partial if cut else name
+
+
 def _rows(folder: str, name: str) -> list[dict]:
-    """The rows of ``folder/name`` if that result was measured with a GPU (its ``machine.gpu``), else none."""
-    path = os.path.join(folder, name)
+    """The rows of ``folder/name`` (``_source``) if that result was measured with a GPU (its
+    ``machine.gpu``), else none."""
+    path = os.path.join(folder, _source(folder, name))
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -90,16 +99,17 @@ def steps_at_2_24(folder: str):
 
 def sampling_at_65536(folder: str):
     rate = _rate(_rows(folder, "sampling.json"), DEVICE_RUNNER, 65536)
-    return None if rate is None else (rate, "sampling.json: device runner on cuda")
+    return None if rate is None else (rate, f"{_source(folder, 'sampling.json')}: device runner on cuda")
 
 
 def time_to_475(file: str) -> Callable[[str], tuple[float, str] | None]:
     def measure(folder: str):
         rows = [r for r in _rows(folder, file) if r["contender"] == "device"]
         times = [r["time_to_target_s"] for r in rows]
+        source = _source(folder, file)
         if not rows or None in times:  # a seed that did not get there is a miss, reported as infinite
-            return (float("inf"), f"{file}: a seed missed the target") if rows else None
-        return statistics.median(times), f"{file}: median of {len(times)} seeds"
+            return (float("inf"), f"{source}: a seed missed the target") if rows else None
+        return statistics.median(times), f"{source}: median of {len(times)} seeds"
 
     return measure
 

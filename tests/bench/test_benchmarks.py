@@ -210,11 +210,19 @@ def test_the_gpu_targets_are_read_from_gpu_results_only(tmp_path, capsys):
         "PPO to 475 (main job's file)": ("met", 5.0),  # the median of the seeds
         "PPO to 475 (512-env file)": ("unmeasured", None),
     }
+    cut = tmp_path / "cut"  # a run cut by its cap: what it wrote as it went counts, and says so
+    result(
+        "cut/sampling.partial.json",
+        [{"contender": "device runner", "device": "cuda", "num_envs": 65536, "env_steps_per_s": 2e8}],
+    )
+    sampling = {row["target"]: row for row in targets.check(str(cut))}["sampling with the policy at 65,536 envs"]
+    assert (sampling["verdict"], sampling["value"]) == ("met", 2e8) and sampling["source"].startswith("sampling.partial.json")
     targets.main([os.path.join(ROOT, "benchmarks")])  # the results recorded there: measured on a CPU
     out = capsys.readouterr().out
     assert out.count("unmeasured") == len(targets.TARGETS)
     h100 = {row["target"]: row["verdict"] for row in targets.check(os.path.join(ROOT, "benchmarks", "gpu", "2026-11-26-h100"))}
-    assert list(h100.values()) == ["met", "met", "unmeasured", "unmeasured", "unmeasured"]  # its lease ran out first
+    # Its lease ran out first: the main job's two seeds are in training.partial.json, the 512-env file unmeasured.
+    assert list(h100.values()) == ["met", "met", "unmeasured", "missed", "unmeasured"]
     every_lease = targets.check(os.path.join(ROOT, "benchmarks", "gpu"))  # each target from the latest lease with it
     assert [row["verdict"] for row in every_lease] == ["met", "met", "unmeasured", "met", "met"]
     assert every_lease[0]["source"].startswith("2026-11-26-h100/") and every_lease[3]["source"].startswith("2026-11-27-h100/")
