@@ -31,10 +31,16 @@ def available_backends(device: torch.device) -> list[str]:
     return names
 
 
+def runs_only_on_the_cpu(name: str) -> bool:
+    """Whether backend ``name`` runs nowhere but on the CPU (numba-cpu), so that a device left
+    to choose ("auto") is the CPU for its envs and for the runner that steps them."""
+    return name == "numba-cpu"
+
+
 def backend_device(name: str, device: str | torch.device | None) -> torch.device:
     """The device an env on backend ``name`` runs on. ``"auto"`` (or None) is the GPU if there
-    is one, except for numba-cpu, which runs nowhere but on the CPU."""
-    if name == "numba-cpu" and (device is None or (isinstance(device, str) and device == "auto")):
+    is one, the CPU for a backend that ``runs_only_on_the_cpu``."""
+    if runs_only_on_the_cpu(name) and (device is None or (isinstance(device, str) and device == "auto")):
         return torch.device("cpu")
     return resolve_device(device)
 

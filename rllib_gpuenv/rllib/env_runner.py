@@ -42,6 +42,7 @@ from ray.rllib.utils.metrics import (
     EPISODE_RETURN_MIN,
 )
 
+from rllib_gpuenv.backends import runs_only_on_the_cpu
 from rllib_gpuenv.core.devices import resolve_device
 from rllib_gpuenv.envs import GPUVectorEnv, env_definition, make_vector_env
 from rllib_gpuenv.jax_envs import check_jax_id, is_jax_id, make_jax_env
@@ -63,12 +64,12 @@ def runner_device(requested, worker_index: int, num_gpus_per_env_runner: float, 
 
     ``"auto"``: the GPU Ray assigned to a remote runner (``num_gpus_per_env_runner > 0``); the
     local runner (``num_env_runners=0``) takes the GPU too when there is one, unlike RLlib's
-    stock runner; otherwise the CPU, and always the CPU for envs on numba-cpu, which runs nowhere
-    else. Anything else must exist (``resolve_device``).
+    stock runner; otherwise the CPU, and always the CPU for envs on a backend that
+    ``runs_only_on_the_cpu`` (numba-cpu). Anything else must exist (``resolve_device``).
     """
     if requested not in (None, "auto"):
         return resolve_device(requested)
-    if config is not None and (config.env_config or {}).get("backend") == "numba-cpu":
+    if config is not None and runs_only_on_the_cpu((config.env_config or {}).get("backend", "auto")):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         if worker_index and num_gpus_per_env_runner:
