@@ -21,7 +21,7 @@ def actor_weights_match(algo):
 
 out = {}
 ppo = cartpole_config(device="cpu", seed=0).env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=8)
-ppo = ppo.training(minibatch_size=64)
+ppo = ppo.training(minibatch_size=64).evaluation(evaluation_interval=2, evaluation_duration=4)  # a local evaluation runner
 dqn = (
     DeviceDQNConfig()
     .environment("rllib_gpuenv:GPUCartPole-v1")
@@ -35,6 +35,8 @@ for name, config in (("ppo", ppo), ("dqn", dqn)):
     out[name + "_module_ray_restored"] = env_runner_group.ray is ray
     for _ in range(3):
         result = algo.train()
+        if "evaluation" in result:
+            out[name + "_evaluated_episodes"] = result["evaluation"]["env_runners"]["num_episodes"]
     out[name + "_steps"] = result["env_runners"]["num_env_steps_sampled_lifetime"]
     out[name + "_synced"] = actor_weights_match(algo)
     algo.save("{folder}/" + name)
@@ -56,4 +58,5 @@ def test_local_algorithms_train_save_and_stop_without_starting_ray(tmp_path):
         assert out[f"{name}_built_ray"] is False and out[f"{name}_ray_after"] is False, out
         assert out[f"{name}_module_ray_restored"] is True, out  # RLlib's module has Ray back after the build
         assert out[f"{name}_synced"] is True, out  # the runner acts with the learner's latest weights
+    assert out["ppo_evaluated_episodes"] >= 4  # evaluated at iteration 2, its weights synced without Ray
     assert out["ppo_steps"] == 3 * 16 * 8 and out["dqn_steps"] >= 3 * 8 * 4  # DQN: rounds until its per-iteration minimum
