@@ -302,7 +302,8 @@ def _uses_custom_callbacks(config: Any) -> bool:
 
 
 def check_stop(stop: dict, config: Any, where: str, allow_no_stop: bool = False) -> None:
-    """Stop criteria are numbers on metrics a result will have; a run without any is asked for.
+    """Stop criteria are numbers on metrics a result will have (an evaluation metric, from a
+    config that evaluates); a run without any is asked for.
 
     An unknown metric is an error with close matches: Tune would only warn, and a run whose
     only criterion is misspelt never ends. With custom callbacks (which may log any metric) it
@@ -324,6 +325,13 @@ def check_stop(stop: dict, config: Any, where: str, allow_no_stop: bool = False)
         if not _is_number(threshold):
             raise key_error(where, label, f"the threshold must be a number, got {threshold!r}")
         if is_known_metric(metric, names):
+            if metric.startswith("evaluation/") and not getattr(config, "evaluation_interval", None):
+                raise key_error(
+                    where,
+                    label,
+                    "an evaluation metric, but the config never evaluates: set evaluation_interval "
+                    "(e.g. evaluation_interval: 5, evaluation_duration: 100), or stop on env_runners/... instead",
+                )
             continue
         close = difflib.get_close_matches(metric, sorted(_candidate_paths(names)), n=3, cutoff=0.75)
         hint = (

@@ -33,6 +33,7 @@ from ray.tune.result import TIME_THIS_ITER_S, TIME_TOTAL_S, TRAINING_ITERATION
 from ray.tune.utils import flatten_dict
 
 RETURN_METRIC = f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}"  # env_runners/episode_return_mean
+EVALUATION_RETURN_METRIC = f"evaluation/{RETURN_METRIC}"  # evaluation/env_runners/episode_return_mean
 ENV_STEPS_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED_LIFETIME}"
 EPISODES_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_EPISODES_LIFETIME}"
 _ENDED = ("TERMINATED", "ERROR")
@@ -96,7 +97,10 @@ class ResultRows(ProgressReporter):
     start; a trial's first row has its own iteration's (a trial restored from a checkpoint
     starts with the checkpoint's env steps, not with 0), as has a row after a trial went back to
     an earlier checkpoint (``--resume``). A return of ``-`` means no episode has
-    ended yet.
+    ended yet. Where a trial evaluates, an ``eval`` column gives the evaluation's mean return in
+    the iterations that evaluate (``evaluation_interval``), the metric files such as
+    ``gpu_acrobot_ppo.yaml`` stop on; RLlib's results carry its keys in between (as NaN, or the
+    last evaluation's again), which are not shown.
     """
 
     def __init__(self, show_config: bool = False, stream: TextIO | None = None):
@@ -106,6 +110,7 @@ class ResultRows(ProgressReporter):
         self._configs_shown: set[str] = set()
         self._ended: set[str] = set()
         self._width = 0  # of the trial column: the longest trial name seen when the header was printed
+        self._evaluates = False  # whether the header has an eval column
 
     def should_report(self, trials, done: bool = False) -> bool:
         return any(self._has_news(t) for t in trials)
@@ -122,8 +127,10 @@ class ResultRows(ProgressReporter):
     def report(self, trials, done: bool, *sys_info: str) -> None:
         if not self._width and any((t.last_result or {}).get(TRAINING_ITERATION) for t in trials):
             self._width = max(len(str(t)) for t in trials)
+            self._evaluates = any(_evaluation_interval(t) for t in trials)
             self._print(
                 f"{'trial':<{self._width}} {'iter':>5} {'return':>8} {'env steps':>11} {'env-steps/s':>11} {'time (s)':>9}"
+                + (f" {'eval':>8}" if self._evaluates else "")
             )
         for trial in trials:
             if self.show_config and trial.trial_id not in self._configs_shown and trial.status != "PENDING":
@@ -152,11 +159,15 @@ class ResultRows(ProgressReporter):
         span = seconds - previous_seconds
         rate = (steps - previous_steps) / span if span > 0 else math.nan
         self._last[trial.trial_id] = (iteration, steps, seconds)
-        value = lookup(result, RETURN_METRIC)
-        ret = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.1f}"
-        self._print(
-            f"{str(trial):<{self._width}} {iteration:>5} {ret:>8} {_count(steps):>11} {_count(rate):>11} {seconds:>9.1f}"
+        row = (
+            f"{str(trial):<{self._width}} {iteration:>5} {_return(lookup(result, RETURN_METRIC)):>8} "
+            f"{_count(steps):>11} {_count(rate):>11} {seconds:>9.1f}"
         )
+        if self._evaluates:
+            interval = _evaluation_interval(trial)
+            evaluated = interval and iteration % interval == 0
+            row += f" {_return(lookup(result, EVALUATION_RETURN_METRIC) if evaluated else None):>8}"
+        self._print(row)
 
     def _print_config(self, trial) -> None:
         self._print(f"{trial} config:")
@@ -165,6 +176,14 @@ class ResultRows(ProgressReporter):
 
     def _print(self, line: str) -> None:
         print(line, file=self.stream or sys.stdout, flush=True)
+
+
+def _evaluation_interval(trial) -> int:
+    return int((trial.config or {}).get("evaluation_interval") or 0)
+
+
+def _return(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.1f}"
 
 
 def _count(value: float) -> str:

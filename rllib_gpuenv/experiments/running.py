@@ -92,6 +92,7 @@ def run_experiment(
     the experiment Tune keeps in ``storage_path/name``, if there is one (``restore.py``).
     ``scheduler``: a Tune trial scheduler's name and settings (``make_scheduler``)."""
     from ray import tune
+    from ray.util import log_once
 
     from rllib_gpuenv.experiments.progress import ResultRows
     from rllib_gpuenv.experiments.restore import experiment_folder, restoring
@@ -124,5 +125,9 @@ def run_experiment(
                 num_samples=experiment.num_samples, scheduler=make_scheduler(*scheduler) if scheduler else None
             ),
         )
+    # check_stop has checked every stop metric against the results the config will report, so
+    # Tune's warning that one is "not found in result dict" (with every key of the result) would
+    # only say that an evaluation metric is not there before the first evaluation: not said.
+    log_once("tune_trial_stop_criterion_not_found")
     with _tune_progress_reporter_output():
         return tuner.fit()

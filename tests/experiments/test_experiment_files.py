@@ -275,6 +275,11 @@ STOP = "stop: {training_iteration: 1}"
             r"env_runners/episode_return_mean",
         ),
         (
+            "x: {run: PPO, env: CartPole-v1, stop: {evaluation/env_runners/episode_return_mean: 100}}",
+            r"experiment 'x': stop.evaluation/env_runners/episode_return_mean: an evaluation metric, but the config "
+            r"never evaluates: set evaluation_interval",
+        ),
+        (
             "x: {run: PPO, env: CartPole-v1, stop: {training_iteration: ten}}",
             r"experiment 'x': stop.training_iteration: the threshold must be a number, got 'ten'",
         ),
@@ -400,7 +405,7 @@ def test_stop_metrics_nested_paths_and_custom_callbacks(tmp_path, caplog):
         "env_runners/num_env_steps_sampled_lifetime_throughput/throughput_since_last_reduce": 1e6,
         "episodes_total": 100,
     }
-    exp = inline_experiment("PPO", "CartPole-v1", stop=good)
+    exp = inline_experiment("PPO", "CartPole-v1", {"evaluation_interval": 5}, stop=good)
     assert exp.stop["env_runners/num_episodes_lifetime"] == 100
     with pytest.raises(ExperimentError, match=r"stop.env_runners/my_metric: no RLlib or Tune result has this metric"):
         inline_experiment("PPO", "CartPole-v1", stop={"env_runners/my_metric": 1})

@@ -1,0 +1,53 @@
+"""The progress rows `rllib train` prints (``experiments/progress.py``), fed Tune's own ``Trial``."""
+
+import io
+
+from ray.tune.experiment import Trial
+
+from rllib_gpuenv.experiments.progress import ResultRows
+
+
+def result(iteration: int, ret: float, evaluation: float | None) -> dict:
+    out = {
+        "training_iteration": iteration,
+        "time_total_s": 0.5 * iteration,
+        "time_this_iter_s": 0.5,
+        "env_runners": {
+            "episode_return_mean": ret,
+            "num_env_steps_sampled_lifetime": 2048 * iteration,
+            "num_env_steps_sampled": 2048,
+        },
+    }
+    if evaluation is not None:
+        out["evaluation"] = {"env_runners": {"episode_return_mean": evaluation}}
+    return out
+
+
+def rows(config: dict, results: list[dict]) -> list[list[str]]:
+    stream = io.StringIO()
+    reporter, trial = ResultRows(stream=stream), Trial("DevicePPO", config=config, stub=True)
+    for r in results:
+        trial.update_last_result(r)
+        reporter.report([trial], done=False)
+    return [line.split() for line in stream.getvalue().splitlines()]
+
+
+def test_an_evaluating_trial_shows_its_evaluation_return_where_it_evaluates():
+    """Iteration 5 evaluates; RLlib's results carry the evaluation keys at 6 (the same value again)
+    and 7 (NaN): only 5's is the evaluation's."""
+    header, *lines = rows(
+        {"evaluation_interval": 5},
+        [result(4, -300.0, None), result(5, -250.0, -95.5), result(6, -240.0, -95.5), result(7, -230.0, float("nan"))],
+    )
+    assert header == ["trial", "iter", "return", "env", "steps", "env-steps/s", "time", "(s)", "eval"]
+    assert [(line[1], line[2], line[-1]) for line in lines] == [
+        ("4", "-300.0", "-"),
+        ("5", "-250.0", "-95.5"),
+        ("6", "-240.0", "-"),
+        ("7", "-230.0", "-"),
+    ]
+
+
+def test_a_trial_that_does_not_evaluate_has_no_eval_column():
+    header, line = rows({}, [result(1, 20.0, None)])
+    assert header[-2:] == ["time", "(s)"] and line[1:3] == ["1", "20.0"] and len(line) == 6
