@@ -21,6 +21,11 @@ BENCHMARKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (),
     ),
     "training": ("training", "reward vs wall time, side by side: our device path, stock RLlib, SB3 (PPO or DQN)", ()),
+    "files": (
+        "files",
+        "experiment files trained to their own stop criteria, seed by seed: does each still solve its env?",
+        (),
+    ),
     "breakdown": ("breakdown", "where the time of a training iteration goes, device path (vs stock runner for PPO)", ()),
     "update": ("update", "time per PPO gradient step: the lean update vs RLlib's update vs plain torch", ()),
     "learners": (

@@ -77,6 +77,13 @@ def _update(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     return update.tables(result["rows"], result["meta"]), update.plot_update(result["rows"], out_dir)
 
 
+def _files(result: dict, out_dir: str, name: str) -> tuple[str, str]:
+    from rllib_gpuenv.bench import files
+
+    runs = result["meta"]["curves"]
+    return files.summary_text(files.summarise(runs)), files.plot_files(runs, out_dir)
+
+
 REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "scaling": _scaling,
     "training": _training,
@@ -86,6 +93,7 @@ REPLOTS: dict[str, Callable[[dict, str, str], tuple[str, str]]] = {
     "learners": _learners,
     "update": _update,
     "ops": _ops,
+    "files": _files,
 }
 
 

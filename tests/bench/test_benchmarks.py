@@ -163,6 +163,27 @@ def test_breakdown_of_device_sac_runs_on_its_files_env(tmp_path):
     assert row["s_learner update"] > 0 and row["s_advantages (GAE)"] > 0
 
 
+def test_files_trains_each_file_to_its_own_stop(tmp_path):
+    """The Acrobot file reaches its evaluation target (seed 0: at its second evaluation); a file
+    whose target is out of reach stops at its iteration limit, not reached; a file without a
+    return to reach is refused before anything runs."""
+    unreachable = tmp_path / "unreachable.yaml"
+    unreachable.write_text(tiny_dqn_file(tmp_path).read_text().replace("stop: {training_iteration: 5}", STOP_UNREACHABLE))
+    out = bench(tmp_path, "files", "--files", "gpu_acrobot_ppo.yaml", str(unreachable), "--seeds", "0")
+    assert "evaluation mean >= -100" in out.stdout and "last-100 mean >= 10000" in out.stdout
+    rows = {row["file"]: row for row in outputs(tmp_path, "files")["rows"]}
+    acrobot, tiny = rows["gpu_acrobot_ppo.yaml"], rows["unreachable.yaml"]
+    assert acrobot["reached"] and acrobot["stopped_by"] == ["evaluation/env_runners/episode_return_mean"]
+    assert acrobot["iterations"] % 5 == 0 and acrobot["env"] == "GPUAcrobot-v1"
+    assert not tiny["reached"] and tiny["stopped_by"] == ["training_iteration"] and tiny["iterations"] == 2
+    assert not list(tmp_path.glob("files.partial.*"))
+    refused = run_module("rllib_gpuenv.cli", "bench", "files", "--files", str(tiny_dqn_file(tmp_path)), "--out", str(tmp_path))
+    assert refused.returncode != 0 and "stop criteria name no return to reach" in refused.stderr
+
+
+STOP_UNREACHABLE = "stop: {env_runners/episode_return_mean: 10000, training_iteration: 2}"
+
+
 def test_update(tmp_path):
     out = bench(tmp_path, "update", "--algos", "PPO,DQN,SAC", "--minibatch-sizes", "256", "--rounds", "1")
     assert "PPO: time per gradient step" in out.stdout and "DQN: time per gradient step" in out.stdout
