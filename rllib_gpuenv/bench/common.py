@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -105,6 +106,22 @@ def report(rows: list[dict], out_dir: str, name: str, meta: dict, plot: Callable
     if plot is not None:
         print(f"plot: {plot()}")
     return path
+
+
+def run_child(module: str, args: list[str], label: str, timeout_s: float) -> dict:
+    """``python -m module ARGS --write FILE`` in a fresh process (one benchmark run, so that no
+    run inherits another's state); returns the JSON it wrote. ``label`` names the run if it fails."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    try:
+        cmd = [sys.executable, "-m", module, *args, "--write", out]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        if proc.returncode:
+            raise RuntimeError(f"{label} failed:\n{proc.stderr[-3000:]}")
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        os.unlink(out)
 
 
 def pyplot():

@@ -18,13 +18,11 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import pyplot, report, save_figure, write_results
+from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
 from rllib_gpuenv.experiments.progress import format_table, lookup
 
 # One file per env of the suite (the algorithm that solves it; Pendulum also by SAC, CartPole by DQN).
@@ -100,17 +98,8 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
 
 
 def _run_in_subprocess(path: str, seed: int, device: str | None, budget_s: float) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = f.name
-    cmd = [sys.executable, "-m", "rllib_gpuenv.bench.files", path, "--seed", str(seed), "--budget", str(budget_s)]
-    cmd += ["--write", out] + (["--device", device] if device else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s * 3 + 300, check=False)
-    if proc.returncode:
-        raise RuntimeError(f"{os.path.basename(path)} seed {seed} failed:\n{proc.stderr[-3000:]}")
-    with open(out) as f:
-        result = json.load(f)
-    os.unlink(out)
-    return result
+    args = [path, "--seed", str(seed), "--budget", str(budget_s)] + (["--device", device] if device else [])
+    return run_child("rllib_gpuenv.bench.files", args, f"{os.path.basename(path)} seed {seed}", timeout_s=budget_s * 3 + 300)
 
 
 def summarise(runs: list[dict]) -> list[dict]:

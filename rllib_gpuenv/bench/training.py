@@ -54,13 +54,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import pyplot, report, save_figure, write_results
+from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
 from rllib_gpuenv.experiments.progress import format_table
 
 CURVE_EVERY = 256  # env steps between the points of SB3's curve, whose rollouts may be a step each (SAC)
@@ -462,36 +460,9 @@ def run_one(
 def _run_in_subprocess(
     task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict, device_config: str | None
 ) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = f.name
-    cmd = [
-        sys.executable,
-        "-m",
-        "rllib_gpuenv.bench.training",
-        "--task",
-        task.name,
-        "--one",
-        contender,
-        "--seed",
-        str(seed),
-        "--target",
-        str(target),
-        "--budget",
-        str(budget_s),
-        "--overrides",
-        json.dumps(overrides),
-        "--write",
-        out,
-    ]
-    if device_config:
-        cmd += ["--device-config", device_config]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s * 3 + 300, check=False)
-    if proc.returncode:
-        raise RuntimeError(f"{contender} seed {seed} failed:\n{proc.stderr[-3000:]}")
-    with open(out) as f:
-        result = json.load(f)
-    os.unlink(out)
-    return result
+    args = ["--task", task.name, "--one", contender, "--seed", str(seed), "--target", str(target), "--budget", str(budget_s)]
+    args += ["--overrides", json.dumps(overrides)] + (["--device-config", device_config] if device_config else [])
+    return run_child("rllib_gpuenv.bench.training", args, f"{contender} seed {seed}", timeout_s=budget_s * 3 + 300)
 
 
 def _median(values) -> float | None:
