@@ -23,7 +23,7 @@ import time
 import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
-from rllib_gpuenv.experiments.progress import RETURN_METRIC, IterationLines, lookup
+from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, RETURN_METRIC, IterationLines, lookup
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
 from rllib_gpuenv.rllib.checkpointing import check_checkpoint_files, saved_config
@@ -176,6 +176,18 @@ def _learner_device(learner) -> str:
     return str(learner._device)
 
 
+def target_metric(stop: dict) -> str:
+    """The return a run stops at: the file's criterion on the training window's return or, where
+    it has only one on the evaluation's (Acrobot's, the MountainCars'), that one; the training
+    window's when it has neither (``--target`` then sets it, 475 by default)."""
+    return EVALUATION_RETURN_METRIC if EVALUATION_RETURN_METRIC in stop and RETURN_METRIC not in stop else RETURN_METRIC
+
+
+def evaluates_every(config) -> int:
+    """Iterations between evaluations (0: none)."""
+    return int(getattr(config, "evaluation_interval", None) or 0)
+
+
 def train(
     config_file=DEFAULT_CONFIG_FILE,
     device: str | None = None,
@@ -212,13 +224,14 @@ def train(
         on_gpu = resolve_device(device or "auto").type == "cuda"
         config.devices(learner=None).learners(num_learners=num_learners, num_gpus_per_learner=1 if on_gpu else 0)
     stop = dict(experiment.stop)
+    metric = target_metric(stop)  # the training window's return, or the evaluation's where the file stops on that
     if target is not None:
-        stop[RETURN_METRIC] = target
+        stop[metric] = target
     if max_iterations is not None:
         stop["training_iteration"] = max_iterations
-    stop.setdefault(RETURN_METRIC, 475.0)
+    stop.setdefault(metric, 475.0)
     stop.setdefault("training_iteration", DEFAULT_MAX_ITERATIONS)
-    target = stop[RETURN_METRIC]
+    target = stop[metric]
     directory = os.path.abspath(os.path.join(storage_path, f"{name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"))
     if resume is None:
         config.copy(copy_frozen=False).validate()  # a device or setting that cannot work fails before Ray starts
@@ -250,7 +263,13 @@ def train(
     )
     print(f"logging every iteration to {directory} (progress.csv, result.json, TensorBoard events)")
     print(startup.summary(), flush=True)
-    progress = IterationLines(stop["training_iteration"], target, bar=progress_bar)
+    progress = IterationLines(
+        stop["training_iteration"],
+        target,
+        bar=progress_bar,
+        evaluation_interval=evaluates_every(config),
+        evaluation_target=metric == EVALUATION_RETURN_METRIC,
+    )
     failed = True
     try:
         with StopAfterThisIteration() as interrupt:
@@ -262,15 +281,18 @@ def train(
                 if _stop_reached(result, stop) or interrupt.requested:
                     break
         progress.close()
-        ret, elapsed = lookup(result, RETURN_METRIC, float("nan")), result.get("time_total_s", float("nan"))
+        evaluated = metric == EVALUATION_RETURN_METRIC
+        ret = progress.last_evaluation if evaluated else lookup(result, RETURN_METRIC, float("nan"))
+        elapsed = result.get("time_total_s", float("nan"))
         reached = ret >= target
         done = result["training_iteration"]
         iterations = f"{done} iteration{'' if done == 1 else 's'}"
-        at = f"at mean return {ret:.1f}" if ret == ret else "before any episode ended"  # NaN: no return yet
+        what = "evaluation mean return" if evaluated else "mean return"
+        at = f"at {what} {ret:.1f}" if ret == ret else ("before any evaluation" if evaluated else "before any episode ended")
         if interrupt.requested and not reached:
             print(f"interrupted after {iterations} ({elapsed:.1f} s) {at}")
         elif reached:
-            print(f"reached mean return {ret:.1f} >= {target:g} in {elapsed:.1f} s ({iterations})")
+            print(f"reached {what} {ret:.1f} >= {target:g} in {elapsed:.1f} s ({iterations})")
         else:
             print(f"stopped after {iterations} ({elapsed:.1f} s) {at}, below the target {target:g}")
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
@@ -294,7 +316,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", help="override the device of the env runner and the learner: auto, cpu, cuda, cuda:N")
     parser.add_argument("--seed", type=options.seed, help="override the seed (0 to 2**32 - 1)")
-    parser.add_argument("--target", type=float, help="stop at this mean episode return (default: the file's, or 475)")
+    parser.add_argument(
+        "--target",
+        type=float,
+        help="stop at this mean episode return: the file's criterion's (the training window's, or its evaluation's), "
+        "else the training window's (default: the file's, or 475)",
+    )
     parser.add_argument(
         "--max-iterations",
         type=options.count(1),

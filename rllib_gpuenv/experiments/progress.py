@@ -54,13 +54,24 @@ class IterationLines:
 
     The env-steps/s of a line is that iteration's own (its env steps over its wall time), so
     start-up and compilation do not weigh on later lines. When no episode ended in an
-    iteration, the line says so: the return shown is then the previous episodes' mean.
+    iteration, the line says so: the return shown is then the previous episodes' mean. The
+    iterations that evaluate (``evaluation_interval``) add the evaluation's mean return.
     """
 
-    def __init__(self, max_iterations: int, target: float, bar: bool | None = None):
+    def __init__(
+        self,
+        max_iterations: int,
+        target: float,
+        bar: bool | None = None,
+        evaluation_interval: int = 0,
+        evaluation_target: bool = False,
+    ):
         from tqdm import tqdm
 
-        self.target = target
+        self.target = target  # of the training window's return, or (evaluation_target) of the evaluation's
+        self.evaluation_interval = evaluation_interval  # the iterations that evaluate: their lines add its return
+        self.evaluation_target = evaluation_target
+        self.last_evaluation = math.nan
         # bar=None: a bar only when stderr is a terminal (tqdm's own rule); lines always.
         self.bar = tqdm(
             total=max_iterations, unit="iter", dynamic_ncols=True, disable=None if bar is None else not bar, file=sys.stderr
@@ -76,12 +87,18 @@ class IterationLines:
         self.steps, self.episodes = steps, episodes
         rate = new_steps / iteration_s if iteration_s > 0 else math.nan
         ended = f"{new_episodes:4d} episodes" if new_episodes else "no episode ended (return as before)"
+        iteration = result[TRAINING_ITERATION]
+        evaluation = ""
+        if self.evaluation_interval and iteration % self.evaluation_interval == 0:
+            self.last_evaluation = float(lookup(result, EVALUATION_RETURN_METRIC, math.nan))
+            evaluation = f"  evaluation {self.last_evaluation:7.1f}"
         self.bar.write(
-            f"iter {result[TRAINING_ITERATION]:4d}  return {ret:7.1f}  {ended}  env steps {steps:>10,}  "
-            f"{rate:>10,.0f} env-steps/s  {result.get(TIME_TOTAL_S, math.nan):7.1f} s",
+            f"iter {iteration:4d}  return {ret:7.1f}  {ended}  env steps {steps:>10,}  "
+            f"{rate:>10,.0f} env-steps/s  {result.get(TIME_TOTAL_S, math.nan):7.1f} s{evaluation}",
             file=sys.stdout,
         )
-        self.bar.set_postfix_str(f"return {ret:.1f}/{self.target:g}, {rate:,.0f} env-steps/s", refresh=False)
+        shown = f"evaluation {self.last_evaluation:.1f}" if self.evaluation_target else f"return {ret:.1f}"
+        self.bar.set_postfix_str(f"{shown}/{self.target:g}, {rate:,.0f} env-steps/s", refresh=False)
         self.bar.update(1)
         sys.stdout.flush()
 

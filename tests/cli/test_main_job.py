@@ -18,6 +18,7 @@ import pytest
 
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.train import SETUP_SECONDS, ResultLoggers, StartupTimes, _seconds_since_process_start, train
+from rllib_gpuenv.experiments.shipped import config_file
 from tests.helpers import ROOT, tiny_main_job_file
 
 
@@ -270,3 +271,19 @@ def test_a_run_that_ends_before_any_episode_says_so_and_a_resource_search_is_nam
         and "s) before any episode ended, below the target 475" in out.getvalue()
     )
     assert f"its resource_search section is a Tune search, which `rllib train file {path}` runs" in caplog.text
+
+
+def test_a_file_that_stops_on_its_evaluation_is_judged_by_it(tmp_path):
+    """configs/gpu_acrobot_ppo.yaml stops on its evaluation's mean return (-100): the job stops
+    there, its lines give the evaluation where it ran, and the summary says it reached that
+    target (not the training window's 475, which an Acrobot return never reaches)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run = train(config_file("gpu_acrobot_ppo.yaml"), device="cpu", seed=0, storage_path=str(tmp_path), progress_bar=False)
+    text = out.getvalue()
+    lines = [line for line in text.splitlines() if line.startswith("iter ")]
+    evaluated = [line for line in lines if "evaluation" in line]
+    assert evaluated and all(int(line.split()[1]) % 5 == 0 for line in evaluated)
+    assert len(lines) == int(evaluated[-1].split()[1])  # it stopped at an evaluation
+    assert run.reached_target and "reached evaluation mean return" in text and ">= -100" in text, text[-1500:]
+    assert "stops at evaluation/env_runners/episode_return_mean >= -100 or training_iteration >= 300" in text
