@@ -27,7 +27,7 @@ BENCHMARKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (),
     ),
     "breakdown": ("breakdown", "where the time of a training iteration goes, device path (vs stock runner for PPO)", ()),
-    "update": ("update", "time per PPO gradient step: the lean update vs RLlib's update vs plain torch", ()),
+    "update": ("update", "time per gradient step (PPO, DQN, SAC): the lean update vs RLlib's update vs plain torch", ()),
     "learners": (
         "learners",
         "one learner against several: env-steps/s and time to target, colocated and separate layouts",

@@ -1,4 +1,4 @@
-"""Time per gradient step of the PPO, DQN and SAC updates: the lean update, RLlib's update, plain torch (PPO, SAC).
+"""Time per gradient step of the PPO, DQN and SAC updates: the lean update, RLlib's update, plain torch.
 
 All three train the same 64×64 tanh actor-critic on the same rollout (one rollout of the main
 job's env; each update computes its values and GAE first) with the same clipped PPO loss and
@@ -15,8 +15,8 @@ figure is the median over rounds: the ratio to plain torch is the number to read
 
 DQN's and SAC's rows (``--algos``) time one update of 16 minibatches drawn from one rollout's
 n-step transitions, with their algorithm's default networks (``DeviceReplayLearner.update_on_draws``);
-SAC's "plain torch" is ``PlainSAC``, RLlib's SAC networks in plain torch (RESULTS.md, "SAC's
-gradient step").
+their "plain torch" is ``PlainDQN`` and ``PlainSAC``, RLlib's DQN and SAC networks in plain
+torch (RESULTS.md, "SAC's gradient step", "DQN's gradient step beside plain torch").
 """
 
 from __future__ import annotations
@@ -106,6 +106,65 @@ class PlainPPO:
             for start in range(0, rows, minibatch_size):
                 index = order[start : start + minibatch_size]
                 self.step({key: column[index] for key, column in columns.items()})
+
+
+class PlainDQN:
+    """DQN's gradient step in plain torch (CleanRL's shape) with the network of RLlib's DQN module
+    for the config: a ``fcnet_hiddens`` encoder, dueling advantage and value heads; double Q,
+    the n-step target from a target network, the Huber loss, the gradients' global norm clipped,
+    fused Adam."""
+
+    def __init__(self, obs_dim: int, num_actions: int, config, device):
+        if not (config.dueling and config.double_q and config.td_error_loss_fn == "huber" and config.num_atoms == 1):
+            raise SystemExit("plain torch DQN is written for dueling heads, double Q, the Huber loss and one atom")
+        model = config.model_config
+        activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[model["fcnet_activation"]]
+
+        def network() -> torch.nn.ModuleList:
+            sizes = [obs_dim, *model["fcnet_hiddens"]]
+            encoder = torch.nn.Sequential(
+                *[m for a, b in zip(sizes, sizes[1:]) for m in (torch.nn.Linear(a, b), activation())]
+            )
+            return torch.nn.ModuleList([encoder, torch.nn.Linear(sizes[-1], num_actions), torch.nn.Linear(sizes[-1], 1)]).to(
+                device
+            )
+
+        self.q, self.target = network(), network()
+        self.target.load_state_dict(self.q.state_dict())
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=config.lr, fused=True)
+        self.config = config
+
+    @staticmethod
+    def values(network: torch.nn.ModuleList, obs: torch.Tensor) -> torch.Tensor:
+        encoder, advantage, value = network
+        features = encoder(obs)
+        advantages = advantage(features)
+        return value(features) + advantages - advantages.mean(-1, keepdim=True)
+
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        from ray.rllib.core.columns import Columns
+
+        from rllib_gpuenv.rllib.device_replay import N_STEP, WEIGHTS
+
+        config = self.config
+        actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
+        q = self.values(self.q, batch[Columns.OBS]).gather(-1, actions).squeeze(-1)
+        with torch.no_grad():
+            best = self.values(self.q, batch[Columns.NEXT_OBS]).argmax(-1, keepdim=True)
+            next_q = self.values(self.target, batch[Columns.NEXT_OBS]).gather(-1, best).squeeze(-1)
+            not_terminated = 1.0 - batch[Columns.TERMINATEDS].float()
+            target = batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * next_q
+        loss = (batch[WEIGHTS] * torch.nn.functional.huber_loss(q, target, reduction="none")).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.q.parameters(), config.grad_clip)
+        self.optimizer.step()
+
+    def update(self, draws: dict[str, torch.Tensor], minibatch_size: int) -> None:
+        rows = len(draws["obs"])
+        for start in range(0, rows - minibatch_size + 1, minibatch_size):
+            self.step({key: column[start : start + minibatch_size] for key, column in draws.items()})
 
 
 class PlainSAC:
@@ -229,7 +288,7 @@ def measure_dqn(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
     from rllib_gpuenv.rllib import DeviceDQNConfig
 
     config = DeviceDQNConfig().environment("GPUCartPole-v1")
-    return measure_replay("DQN", config, minibatch_sizes, device, rounds, steps_per_update)
+    return measure_replay("DQN", config, minibatch_sizes, device, rounds, steps_per_update, plain=PlainDQN)
 
 
 def measure_sac(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
@@ -269,8 +328,11 @@ def measure_replay(
 
             runs = {path: partial(ours, path) for path in _paths(learner)}
             if plain is not None:
-                obs_dim, action_dim = transitions["obs"].shape[-1], transitions["actions"].shape[-1]
-                runs[PLAIN] = partial(plain(obs_dim, action_dim, config, learner._device).update, draws, size)
+                space = algo.env_runner.env.single_action_space  # Discrete: its actions; Box: its dimensions
+                actions = space.n if hasattr(space, "n") else space.shape[-1]
+                runs[PLAIN] = partial(
+                    plain(transitions["obs"].shape[-1], actions, config, learner._device).update, draws, size
+                )
             results += _rows(algo_name, size, time_turns(runs, steps_per_update, rounds, learner._device))
         return results
     finally:

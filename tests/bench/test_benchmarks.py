@@ -195,6 +195,7 @@ def test_update(tmp_path):
         ("PPO", "plain torch"),
         ("DQN", "ours: lean update"),
         ("DQN", "RLlib's update"),
+        ("DQN", "plain torch"),
         ("SAC", "ours: lean update"),
         ("SAC", "RLlib's update"),
         ("SAC", "plain torch"),

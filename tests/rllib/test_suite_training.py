@@ -114,8 +114,8 @@ def test_the_acrobot_file_solves_acrobot_judged_by_its_evaluation():
 
 
 def test_the_mountaincar_dqn_file_rescales_what_it_replays_and_evaluates_greedily():
-    """configs/gpu_mountaincar_dqn.yaml (which reaches -110 on seeds 0-7, 14-90 s on a 2-core CPU:
-    too long here) at a small size: DeviceDQN's replay buffer holds observations rescaled to
+    """configs/gpu_mountaincar_dqn.yaml (which reaches -110 on seeds 0-15, 14-103 s on a 2-core
+    CPU: too long here) at a small size: DeviceDQN's replay buffer holds observations rescaled to
     [-1, 1], it updates from them, and it evaluates greedily, in this process."""
     config = load_config(config_file("gpu_mountaincar_dqn.yaml"), device="cpu", seed=0).config
     assert config.rescale_observations and config.get_evaluation_config_object().explore is False
