@@ -23,7 +23,14 @@ import time
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
-from rllib_gpuenv.experiments.progress import format_table, lookup
+from rllib_gpuenv.experiments.envs import unqualified_env_id
+from rllib_gpuenv.experiments.progress import (
+    ENV_STEPS_METRIC,
+    EVALUATION_RETURN_METRIC,
+    RETURN_METRIC,
+    format_table,
+    lookup,
+)
 
 # One file per env of the suite (the algorithm that solves it; Pendulum also by SAC, CartPole by DQN).
 SUITE_FILES = (
@@ -73,7 +80,7 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
             result = algo.train()
             elapsed = time.perf_counter() - start
             values = {metric: float(lookup(result, metric, float("nan"))) for metric in experiment.stop}
-            steps = int(lookup(result, "env_runners/num_env_steps_sampled_lifetime", 0))
+            steps = int(lookup(result, ENV_STEPS_METRIC, 0))
             curve.append({"seconds": elapsed, "env_steps": steps, **{m: values[m] for m in goal}})
             met = [metric for metric, value in values.items() if value >= experiment.stop[metric]]
             if met or elapsed >= budget_s:
@@ -85,7 +92,7 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
     return {
         "experiment": experiment.name,
         "algo": config.algo_class.__name__,
-        "env": str(config.env).removeprefix("rllib_gpuenv:"),
+        "env": str(unqualified_env_id(config.env)),
         "target": goal,
         "reached": reached,
         "seconds": elapsed,
@@ -105,15 +112,15 @@ def _run_in_subprocess(path: str, seed: int, device: str | None, budget_s: float
 def summarise(runs: list[dict]) -> list[dict]:
     """A row per file: seeds that reached its target; median and worst seconds, median
     iterations and env steps over the seeds that reached it."""
+
+    def median(runs: list[dict], key: str):
+        return statistics.median(r[key] for r in runs) if runs else None
+
     rows = []
     for file in dict.fromkeys(r["file"] for r in runs):
         mine = [r for r in runs if r["file"] == file]
         hit = [r for r in mine if r["reached"]]
         first = mine[0]
-
-        def median(key: str, runs=hit):
-            return statistics.median(r[key] for r in runs) if runs else None
-
         rows.append(
             {
                 "file": file,
@@ -121,11 +128,11 @@ def summarise(runs: list[dict]) -> list[dict]:
                 "env": first["env"],
                 "target": ", ".join(f"{_metric_name(m)} >= {v:g}" for m, v in first["target"].items()),
                 "reached": f"{len(hit)}/{len(mine)}",
-                "median_s": median("seconds"),
+                "median_s": median(hit, "seconds"),
                 "worst_s": max(r["seconds"] for r in hit) if hit else None,
-                "median_iterations": median("iterations"),
-                "median_env_steps": median("env_steps"),
-                "build_s": median("build_s", mine),
+                "median_iterations": median(hit, "iterations"),
+                "median_env_steps": median(hit, "env_steps"),
+                "build_s": median(mine, "build_s"),
             }
         )
     return rows
@@ -133,10 +140,7 @@ def summarise(runs: list[dict]) -> list[dict]:
 
 def _metric_name(metric: str) -> str:
     """A stop metric as the table names it: the training window's return or the evaluation's."""
-    names = {
-        "env_runners/episode_return_mean": "last-100 mean",
-        "evaluation/env_runners/episode_return_mean": "evaluation mean",
-    }
+    names = {RETURN_METRIC: "last-100 mean", EVALUATION_RETURN_METRIC: "evaluation mean"}
     return names.get(metric, metric)
 
 

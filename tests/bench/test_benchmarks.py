@@ -169,7 +169,7 @@ def test_files_trains_each_file_to_its_own_stop(tmp_path):
     return to reach is refused before anything runs."""
     unreachable = tmp_path / "unreachable.yaml"
     unreachable.write_text(tiny_dqn_file(tmp_path).read_text().replace("stop: {training_iteration: 5}", STOP_UNREACHABLE))
-    out = bench(tmp_path, "files", "--files", "gpu_acrobot_ppo.yaml", str(unreachable), "--seeds", "0")
+    out = bench(tmp_path, "files", "--files", "gpu_acrobot_ppo.yaml", str(unreachable), "--seeds", "0", "--budget", "3600")
     assert "evaluation mean >= -100" in out.stdout and "last-100 mean >= 10000" in out.stdout
     rows = {row["file"]: row for row in outputs(tmp_path, "files")["rows"]}
     acrobot, tiny = rows["gpu_acrobot_ppo.yaml"], rows["unreachable.yaml"]
