@@ -108,6 +108,21 @@ class DeviceDQNTorchRLModule(DefaultDQNTorchRLModule):
 
     explores_with_device_step = True
 
+    def _forward_train(self, batch: dict) -> dict:
+        """RLlib's, except that with double Q the online network's Q-values of the next
+        observations are computed without gradients: the loss takes only their argmax. RLlib
+        runs them in one batch with the observations, with gradients, and the backward pass then
+        goes through twice the rows (a gradient step 1.3x plain torch's at 256x256; RESULTS.md,
+        "DQN's gradient step beside plain torch"). A distributional or stateful module: RLlib's."""
+        if self.inference_only or not self.uses_double_q or self.num_atoms > 1 or Columns.STATE_IN in batch:
+            return super()._forward_train(batch)
+        output = {QF_PREDS: self.compute_q_values({Columns.OBS: batch[Columns.OBS]})[QF_PREDS]}
+        with torch.no_grad():
+            next_obs = {Columns.OBS: batch[Columns.NEXT_OBS]}
+            output[QF_NEXT_PREDS] = self.compute_q_values(next_obs)[QF_PREDS]
+            output[QF_TARGET_NEXT_PREDS] = self.forward_target(next_obs)[QF_PREDS]
+        return output
+
     def _forward_exploration(self, batch: dict, t: int | torch.Tensor) -> dict:
         qf_outs = self.compute_q_values(batch)
         q = qf_outs[QF_PREDS]

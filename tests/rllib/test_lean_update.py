@@ -94,6 +94,28 @@ def test_dqn_lean_update_equals_rllibs_update(double_q, loss, clip_by):
     assert_same({path: run[:2] for path, run in runs.items()})
 
 
+def test_dqn_runs_its_next_observations_without_gradients(monkeypatch):
+    """DeviceDQN's module computes the online network's Q-values of the next observations (double
+    Q) without gradients, as the loss takes only their argmax; RLlib's module runs them through
+    the backward pass too. The same updates either way."""
+    from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
+    from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
+
+    from rllib_gpuenv.rllib.dqn import DeviceDQNTorchRLModule
+
+    ours = dqn_updates(LEAN, True, "huber")
+    module = ours[2].module["default_policy"]
+    out = module._forward_train({"obs": torch.randn(8, 4), "new_obs": torch.randn(8, 4)})
+    assert out[QF_PREDS].requires_grad and not out[QF_NEXT_PREDS].requires_grad
+    assert not out[QF_TARGET_NEXT_PREDS].requires_grad and out[QF_NEXT_PREDS].shape == (8, 2)
+    monkeypatch.setattr(DeviceDQNTorchRLModule, "_forward_train", DefaultDQNTorchRLModule._forward_train)
+    rllibs = dqn_updates(LEAN, True, "huber")
+    assert rllibs[2].module["default_policy"]._forward_train({"obs": torch.randn(8, 4), "new_obs": torch.randn(8, 4)})[
+        QF_NEXT_PREDS
+    ].requires_grad
+    assert_same({"ours": ours[:2], "RLlib's module": rllibs[:2]})
+
+
 def test_a_loss_of_the_users_own_keeps_rllibs_update():
     class MyLearner(DevicePPOTorchLearner):
         calls = 0
