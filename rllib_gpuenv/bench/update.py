@@ -283,11 +283,16 @@ def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
         algo.stop()
 
 
-def measure_dqn(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
-    """DQN rows (``measure_replay``) with DeviceDQN's defaults on GPUCartPole-v1."""
+def measure_dqn(
+    minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16, hiddens: list[int] | None = None
+) -> list[dict]:
+    """DQN rows (``measure_replay``) with DeviceDQN's defaults on GPUCartPole-v1, its network's
+    hidden layers ``hiddens`` where given (the MountainCar file's 256x256)."""
     from rllib_gpuenv.rllib import DeviceDQNConfig
 
     config = DeviceDQNConfig().environment("GPUCartPole-v1")
+    if hiddens:
+        config.rl_module(model_config={**config.model_config, "fcnet_hiddens": list(hiddens)})
     return measure_replay("DQN", config, minibatch_sizes, device, rounds, steps_per_update, plain=PlainDQN)
 
 
@@ -382,13 +387,16 @@ def run(
     rounds: int = 5,
     out_dir: str = "bench_results",
     plot: bool = False,
+    dqn_hiddens: list[int] | None = None,
 ) -> list[dict]:
-    measures = {"PPO": measure_ppo, "DQN": measure_dqn, "SAC": measure_sac}
+    measures = {"PPO": measure_ppo, "DQN": partial(measure_dqn, hiddens=dqn_hiddens), "SAC": measure_sac}
     rows = []
     for algo in algos:
         print(f"  {algo} ...", file=sys.stderr, flush=True)
         rows += measures[algo](minibatch_sizes, device, rounds)
     meta = {"device": device, "minibatch_sizes": minibatch_sizes, "rounds": rounds, "algos": algos}
+    if dqn_hiddens:
+        meta["dqn_hiddens"] = dqn_hiddens
     print(tables(rows, meta))
     report(rows, out_dir, "update", meta, plot=(lambda: plot_update(rows, out_dir)) if plot else None)
     return rows
@@ -405,8 +413,10 @@ def tables(rows: list[dict], meta: dict) -> str:
             for name in CONTENDERS
             if (name, sizes[0]) in ms
         ]
+        network = f", {'x'.join(map(str, meta['dqn_hiddens']))} network" if algo == "DQN" and meta.get("dqn_hiddens") else ""
         text.append(
-            f"{algo}: time per gradient step on {meta['device']} (ratio to {reference}), median of {meta['rounds']} rounds\n"
+            f"{algo}: time per gradient step on {meta['device']}{network} (ratio to {reference}), "
+            f"median of {meta['rounds']} rounds\n"
             + format_table(["contender"] + [f"minibatch {size:,}" for size in sizes], table)
         )
     return "\n\n".join(text)
@@ -439,7 +449,20 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--device", type=options.device, default="cpu", help="the learner's device (default %(default)s)")
     parser.add_argument("--rounds", type=options.count(), default=5, help="measured rounds per contender and size")
+    parser.add_argument(
+        "--dqn-hiddens",
+        type=options.sizes(),
+        help="hidden layers of the DQN rows' network (default DeviceDQN's 64,64; configs/gpu_mountaincar_dqn.yaml: 256,256)",
+    )
 
 
 def run_from_args(args) -> None:
-    run(args.minibatch_sizes, args.algos, device=args.device, rounds=args.rounds, out_dir=args.out, plot=args.plot)
+    run(
+        args.minibatch_sizes,
+        args.algos,
+        device=args.device,
+        rounds=args.rounds,
+        out_dir=args.out,
+        plot=args.plot,
+        dqn_hiddens=args.dqn_hiddens,
+    )

@@ -185,9 +185,14 @@ STOP_UNREACHABLE = "stop: {env_runners/episode_return_mean: 10000, training_iter
 
 
 def test_update(tmp_path):
-    out = bench(tmp_path, "update", "--algos", "PPO,DQN,SAC", "--minibatch-sizes", "256", "--rounds", "1")
-    assert "PPO: time per gradient step" in out.stdout and "DQN: time per gradient step" in out.stdout
-    rows = outputs(tmp_path, "update")["rows"]
+    out = bench(
+        tmp_path, "update", "--algos", "PPO,DQN,SAC", "--minibatch-sizes", "256", "--rounds", "1", "--dqn-hiddens", "32,32"
+    )
+    assert "PPO: time per gradient step on cpu (ratio" in out.stdout
+    assert "DQN: time per gradient step on cpu, 32x32 network (ratio" in out.stdout
+    result = outputs(tmp_path, "update")
+    rows = result["rows"]
+    assert result["meta"]["dqn_hiddens"] == [32, 32]
     contenders = {(r["algo"], r["contender"]) for r in rows}
     assert contenders == {
         ("PPO", "ours: lean update"),

@@ -110,9 +110,12 @@ def test_dqn_runs_its_next_observations_without_gradients(monkeypatch):
     assert not out[QF_TARGET_NEXT_PREDS].requires_grad and out[QF_NEXT_PREDS].shape == (8, 2)
     monkeypatch.setattr(DeviceDQNTorchRLModule, "_forward_train", DefaultDQNTorchRLModule._forward_train)
     rllibs = dqn_updates(LEAN, True, "huber")
-    assert rllibs[2].module["default_policy"]._forward_train({"obs": torch.randn(8, 4), "new_obs": torch.randn(8, 4)})[
-        QF_NEXT_PREDS
-    ].requires_grad
+    assert (
+        rllibs[2]
+        .module["default_policy"]
+        ._forward_train({"obs": torch.randn(8, 4), "new_obs": torch.randn(8, 4)})[QF_NEXT_PREDS]
+        .requires_grad
+    )
     assert_same({"ours": ours[:2], "RLlib's module": rllibs[:2]})
 
 
