@@ -35,12 +35,17 @@ Tasks (``--task``):
   (``configs/brax_inverted_pendulum_ppo.yaml``); ``random``: a random policy on the same envs.
   Brax's own PPO trainer is no contender: Brax 0.14's ``ppo.train`` calls
   ``jax.device_put_replicated``, which the JAX that Brax installs with (0.10) no longer has.
+* ``acrobot-ppo``: PPO on Acrobot, target -100; ``mountaincar-dqn``: DQN on MountainCar, target
+  -110 (gymnasium's reward thresholds). ``device``: DevicePPO (``configs/gpu_acrobot_ppo.yaml``),
+  DeviceDQN (``configs/gpu_mountaincar_dqn.yaml``); ``sb3``: SB3 with RL-Zoo's hyperparameters
+  for the env. Both are judged on evaluation episodes, not on the training window
+  (``Evaluation``).
 
 Every run happens in a fresh process, one after the other on the same machine (seed by seed,
 each contender in turn, so that the machine's slow spells fall on all of them), and records
 (seconds, env steps, mean return, gradient steps) after each iteration. The return criterion is the same for
-all: the mean return of the last 100 episodes (the device env runner's ``episode_return_mean``;
-for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
+all: on the tasks not judged on evaluation episodes, the mean return of the last 100 episodes
+(the device env runner's ``episode_return_mean``; for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
 ``ep_info_buffer``; PureJaxRL's, the episodes its updates ended). Time to target counts training
 only; building the algorithm (for PureJaxRL, compiling its program) is reported apart.
 """
@@ -59,7 +64,7 @@ import time
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
-from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, format_table, lookup
 
 CURVE_EVERY = 256  # env steps between the points of SB3's curve, whose rollouts may be a step each (SAC)
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
@@ -79,6 +84,25 @@ class SB3Setup:
     # larger total would stretch them and make SB3 slower than RL-Zoo's tuning intends.
     total_timesteps: int
     linear: tuple = ()  # hyperparameters RL-Zoo schedules linearly to zero (its ``lin_<value>``)
+    normalize: bool = False  # RL-Zoo's ``normalize: true``: VecNormalize of observations and rewards
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """A task judged on evaluation episodes instead of the training window.
+
+    Where the good episodes are the short ones (Acrobot, MountainCar: -1 a step until the goal),
+    the last 100 episodes to end over-represent them, the more so the more envs run at once: a
+    window that favours the device path's 32 envs over SB3's one. Every contender is judged
+    instead by the mean return of evaluation episodes of its current policy. The device
+    contender's come from its experiment file (``evaluation_interval``, its episodes and
+    ``explore``), and its clock runs through them; SB3 plays ``episodes`` every ``every`` env
+    steps (about as often as the device file evaluates), with the clock paused, explore or not as
+    the device file does."""
+
+    episodes: int
+    every: int
+    deterministic: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +116,20 @@ class Task:
     config_files: dict
     sb3: SB3Setup | None
     overrides: dict = dataclasses.field(default_factory=dict)  # settings a contender changes in its file
+    evaluation: Evaluation | None = None  # None: judged on the last 100 training episodes
+
+    @property
+    def criterion(self) -> str:
+        """What the return is the mean of, as the plot's axis says it."""
+        return f"last {LAST_EPISODES} episodes" if self.evaluation is None else "evaluation episodes"
+
+    @property
+    def criterion_in_full(self) -> str:
+        """The same, as the table's title says it."""
+        if self.evaluation is None:
+            return self.criterion
+        evaluation = self.evaluation
+        return f"{self.criterion}: the device file's, SB3's {evaluation.episodes} every {evaluation.every:,} env steps"
 
     @property
     def results_name(self) -> str:
@@ -222,6 +260,51 @@ TASKS = {
             ),
         ),
         Task(
+            name="acrobot-ppo",
+            target=-100.0,  # gymnasium's reward_threshold for Acrobot-v1
+            start_return=-500.0,
+            contenders={"device": "ours: device path (DevicePPO)", "sb3": "Stable-Baselines3 PPO (RL-Zoo)"},
+            config_files={"device": "gpu_acrobot_ppo.yaml"},
+            sb3=SB3Setup(
+                "PPO",
+                "Acrobot-v1",
+                n_envs=16,
+                total_timesteps=1_000_000,
+                normalize=True,
+                hyperparameters=dict(n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0),
+            ),
+            # the device file evaluates 512 episodes every 5 iterations of 2,048 env steps, sampling its actions
+            evaluation=Evaluation(episodes=100, every=10_240, deterministic=False),
+        ),
+        Task(
+            name="mountaincar-dqn",
+            target=-110.0,  # gymnasium's reward_threshold for MountainCar-v0
+            start_return=-200.0,
+            contenders={"device": "ours: device path (DeviceDQN)", "sb3": "Stable-Baselines3 DQN (RL-Zoo)"},
+            config_files={"device": "gpu_mountaincar_dqn.yaml"},
+            sb3=SB3Setup(
+                "DQN",
+                "MountainCar-v0",
+                n_envs=1,
+                total_timesteps=120_000,
+                hyperparameters=dict(
+                    learning_rate=4e-3,
+                    batch_size=128,
+                    buffer_size=10_000,
+                    learning_starts=1000,
+                    gamma=0.98,
+                    target_update_interval=600,
+                    train_freq=16,
+                    gradient_steps=8,
+                    exploration_fraction=0.2,
+                    exploration_final_eps=0.07,
+                    policy_kwargs=dict(net_arch=[256, 256]),
+                ),
+            ),
+            # the device file evaluates 512 greedy episodes every 5 iterations of 1,024 env steps
+            evaluation=Evaluation(episodes=100, every=5_120, deterministic=True),
+        ),
+        Task(
             name="breakout-ppo",
             target=30.0,
             start_return=0.4,
@@ -253,6 +336,17 @@ def _experiment_file(task: Task, contender: str, device_config: str | None) -> s
     return str(config_file(task.config_files[contender]))
 
 
+def _check_evaluates(task: Task, path: str) -> None:
+    """A task judged on evaluation episodes needs an experiment file that evaluates."""
+    from rllib_gpuenv.experiments import load_experiments
+
+    if not all(experiment.config.evaluation_interval for experiment in load_experiments(path)):
+        raise ValueError(
+            f"task {task.name} is judged on evaluation episodes, and {path} never evaluates: "
+            "set evaluation_interval (and evaluation_duration) in its config"
+        )
+
+
 def _rllib_curve(
     task: Task, contender: str, seed: int, target: float, budget_s: float, overrides: dict, device_config: str | None
 ) -> dict:
@@ -278,6 +372,7 @@ def _rllib_curve(
     # runner reports the mean of the iteration's episodes, from which the window is rebuilt.
     windowed = isinstance(algo.env_runner, DeviceEnvRunner) and config.metrics_num_episodes_for_smoothing == LAST_EPISODES
     curve, recent, gradient_steps, start = [], collections.deque(), 0, time.perf_counter()
+    evaluated = math.nan  # the last evaluation's mean return (tasks judged on evaluation)
     try:
         while True:
             result = algo.train()
@@ -285,7 +380,12 @@ def _rllib_curve(
             runners = result["env_runners"]
             if runners.get("num_episodes", 0):
                 recent.appendleft((float(runners["episode_return_mean"]), int(runners["num_episodes"])))
-            mean = float(runners.get("episode_return_mean", math.nan)) if windowed else _last_episodes_mean(recent)
+            if task.evaluation:
+                if result["training_iteration"] % config.evaluation_interval == 0:
+                    evaluated = float(lookup(result, EVALUATION_RETURN_METRIC, math.nan))
+                mean = evaluated
+            else:
+                mean = float(runners.get("episode_return_mean", math.nan)) if windowed else _last_episodes_mean(recent)
             gradient_steps += _gradient_steps(result)
             curve.append((elapsed, int(runners["num_env_steps_sampled_lifetime"]), mean, gradient_steps))
             if curve[-1][2] >= target or elapsed >= budget_s:
@@ -345,11 +445,13 @@ def _rllib_sampling_rate(algo, repeats: int = 5) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> dict:
+def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float, evaluation: Evaluation | None = None) -> dict:
     import stable_baselines3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.logger import Logger
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
     def linear(start: float):
         return lambda progress: progress * start
@@ -358,6 +460,7 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
         def __init__(self):
             super().__init__()
             self.curve, self.start, self.done = [], None, False
+            self.evaluated, self.next_evaluation = math.nan, evaluation.every if evaluation else 0
 
         def _on_training_start(self):
             if self.start is None:  # learn() again to go on: the clock goes on too
@@ -367,13 +470,34 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
             return not self.done  # False stops SB3's learn() at the next step
 
         def _on_rollout_end(self) -> None:
-            buffer = self.model.ep_info_buffer  # the last 100 episodes (SB3's stats_window_size)
-            mean = statistics.fmean(float(e["r"]) for e in buffer) if buffer else float("nan")
+            if evaluation is None:
+                buffer = self.model.ep_info_buffer  # the last 100 episodes (SB3's stats_window_size)
+                mean = statistics.fmean(float(e["r"]) for e in buffer) if buffer else float("nan")
+            else:
+                mean = self._evaluated()
             elapsed = time.perf_counter() - self.start
             self.done = mean >= target or elapsed >= budget_s
             # SAC's rollout is one env step: a point per CURVE_EVERY steps (and the last) keeps the file small
             if self.done or not self.curve or self.num_timesteps - self.curve[-1][1] >= CURVE_EVERY:
                 self.curve.append((elapsed, self.num_timesteps, mean, self._gradient_steps()))
+
+        def _evaluated(self) -> float:
+            """The last evaluation's mean return; a new one every ``evaluation.every`` env steps,
+            its time taken off the clock (``start`` moves on by it)."""
+            if self.num_timesteps >= self.next_evaluation:
+                paused = time.perf_counter()
+                sync_envs_normalization(self.model.get_env(), eval_env)  # the observation statistics it trains with
+                returns, _ = evaluate_policy(
+                    self.model,
+                    eval_env,
+                    n_eval_episodes=evaluation.episodes,
+                    deterministic=evaluation.deterministic,
+                    return_episode_rewards=True,  # the returns Monitor counts, unnormalised
+                )
+                self.evaluated = statistics.fmean(returns)
+                self.next_evaluation += evaluation.every
+                self.start += time.perf_counter() - paused
+            return self.evaluated
 
         def _gradient_steps(self) -> int:
             # SB3's PPO counts epochs in ``_n_updates``, each of ceil(rollout / batch_size) minibatches; DQN counts steps
@@ -384,6 +508,10 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float) -> di
 
     start = time.perf_counter()
     env = make_vec_env(setup.env, n_envs=setup.n_envs, seed=seed)
+    eval_env = make_vec_env(setup.env, n_envs=16, seed=seed + 10_000) if evaluation else None
+    if setup.normalize:  # as RL-Zoo does, with the discount of its hyperparameters
+        env = VecNormalize(env, gamma=setup.hyperparameters.get("gamma", 0.99))
+        eval_env = eval_env and VecNormalize(eval_env, training=False, norm_reward=False)
     hyperparameters = {k: linear(v) if k in setup.linear else v for k, v in setup.hyperparameters.items()}
     model = getattr(stable_baselines3, setup.algo)("MlpPolicy", env, seed=seed, device="cpu", **hyperparameters)
     model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes a /tmp/SB3-<date> folder per run
@@ -446,7 +574,7 @@ def run_one(
 ) -> dict:
     """One training run in this process; returns its curve."""
     if contender == "sb3":
-        return _sb3_curve(task.sb3, seed, target, budget_s)
+        return _sb3_curve(task.sb3, seed, target, budget_s, task.evaluation)
     if contender == "random":
         return _random_curve(task, seed, target, budget_s)
     if contender == "purejaxrl":
@@ -575,7 +703,9 @@ def run(
         )
     for contender in contenders:  # every experiment file there, and PureJaxRL's packages, before the first run
         if contender in the_task.config_files:
-            _experiment_file(the_task, contender, device_config)
+            path = _experiment_file(the_task, contender, device_config)
+            if the_task.evaluation:
+                _check_evaluates(the_task, path)
         elif contender == "purejaxrl":
             from rllib_gpuenv.bench import purejaxrl
 
@@ -647,7 +777,7 @@ def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TAS
         for r in rows
     ]
     text = (
-        f"{task.name}: time and env steps to a mean return of {target:g} (last 100 episodes), median over seeds; "
+        f"{task.name}: time and env steps to a mean return of {target:g} ({task.criterion_in_full}), median over seeds; "
         f"instability: the lowest return after first reaching {half}\n" + format_table(headers, table)
     )
     ours = next((r for r in rows if r["key"] == "device" and r["median_time_to_target_s"]), None)
@@ -705,7 +835,7 @@ def plot_curves(runs: list[dict], target: float, out_dir: str, task: Task = TASK
         )
         # a run too short to end an episode has no return to draw: no log axis without a positive x beside a return
         positive = any(point[i] > 0 and math.isfinite(point[2]) for r in runs for point in r["curve"])
-        ax.set(xlabel=xlabel, ylabel="mean return (last 100 episodes)", xscale="log" if positive else "linear")
+        ax.set(xlabel=xlabel, ylabel=f"mean return ({task.criterion})", xscale="log" if positive else "linear")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_title(f"{task.name}: return vs wall time (one line per seed)")
     axes[1].set_title("Return vs env steps")
@@ -744,7 +874,8 @@ def add_arguments(parser) -> None:
         help="the race (default: %(default)s); pendulum-ppo: continuous PPO to -300; pendulum-sac: SAC to -300, "
         "beside DevicePPO; cartpole-dqn: DQN to 475; "
         "breakout-ppo: PPO on gymnax's MinAtar Breakout to 30, against a random policy; inverted-pendulum-ppo: "
-        "PPO on Brax's inverted_pendulum to 950, against a random policy",
+        "PPO on Brax's inverted_pendulum to 950, against a random policy; acrobot-ppo: PPO to -100, mountaincar-dqn: "
+        "DQN to -110, both judged on evaluation episodes",
     )
     parser.add_argument(
         "--contenders",
@@ -756,9 +887,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--target",
         type=float,
-        help="mean return of the last 100 episodes to reach (default: the task's; "
-        + ", ".join(f"{name}: {task.target:g}" for name, task in TASKS.items())
-        + ")",
+        help="mean return to reach, of the last 100 episodes or (acrobot-ppo, mountaincar-dqn) of evaluation episodes "
+        "(default: the task's; " + ", ".join(f"{name}: {task.target:g}" for name, task in TASKS.items()) + ")",
     )
     parser.add_argument("--budget", type=float, default=90.0, help="seconds of training per run before giving up")
     parser.add_argument(

@@ -1,6 +1,7 @@
 """Smoke tests of the training races and the learners benchmark at tiny sizes (the slow benchmarks, in a
 file of their own so that the test workers share them out)."""
 
+import math
 import os
 import textwrap
 
@@ -126,6 +127,43 @@ def test_sb3_goes_on_past_rl_zoos_steps_until_the_target(tmp_path, monkeypatch):
     assert steps > 8 and mean >= 5.0
     assert [p[0] for p in run["curve"]] == sorted(p[0] for p in run["curve"])  # one clock across the learn() calls
     assert not list(tmp_path.glob("SB3-*"))
+
+
+def test_acrobot_and_mountaincar_races_are_judged_on_evaluation_episodes(tmp_path):
+    """Every contender's return is its last evaluation's (none before the first): the device file's
+    every 5 iterations of 2,048 env steps, SB3's (RL-Zoo: 16 envs x 256 steps a rollout, its
+    observations normalised) at the first rollout's end past 10,240 env steps. Any evaluation
+    reaches -501, so each run stops at its first."""
+    out = bench(tmp_path, "training", "--task", "acrobot-ppo", "--seeds", "0", "--target", "-501", "--budget", "600")
+    assert "-501 (evaluation episodes: the device file's, SB3's 100 every 10,240 env steps)" in out.stdout
+    result = outputs(tmp_path, "training_acrobot-ppo")
+    device, sb3 = result["meta"]["curves"]
+    assert [p[1] for p in device["curve"]] == [2048 * i for i in range(1, 6)]
+    assert [p[1] for p in sb3["curve"]] == [4096 * i for i in range(1, 4)]
+    for run in (device, sb3):
+        *before, last = [p[2] for p in run["curve"]]
+        assert all(math.isnan(r) for r in before) and -500 <= last <= 0
+        assert run["steps_to_target"] == run["curve"][-1][1]
+    assert result["meta"]["summary"][1]["median_gradient_steps_to_target"] == 2 * 4 * 64  # 2 rollouts: 4 epochs x 64 of 64
+
+
+def test_a_race_judged_on_evaluation_refuses_a_file_that_never_evaluates(tmp_path):
+    out = run_module(
+        "rllib_gpuenv.cli",
+        "bench",
+        "training",
+        "--task",
+        "mountaincar-dqn",
+        "--contenders",
+        "device",
+        "--device-config",
+        str(tiny_dqn_file(tmp_path)),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert out.returncode != 0
+    assert "task mountaincar-dqn is judged on evaluation episodes" in out.stderr and "set evaluation_interval" in out.stderr
+    assert not (tmp_path / "out").exists()  # no run started
 
 
 def test_training_refuses_a_contender_the_task_lacks(tmp_path):
