@@ -1,4 +1,4 @@
-"""PureJaxRL's PPO on gymnax's CartPole-v1: the contender a JAX user would pick.
+"""PureJaxRL's PPO on gymnax's CartPole-v1 (and Acrobot-v1): the contender a JAX user would pick.
 
 PureJaxRL (github.com/luchris429/purejaxrl, ``purejaxrl/ppo.py``) writes PPO as one pure JAX
 program: env steps, GAE and the epochs of minibatch updates are ``lax.scan`` loops that
@@ -20,6 +20,10 @@ only at the end; to see when the mean return of the last 100 episodes reaches th
 same update is scanned over ``UPDATES_PER_CALL`` updates per call (2,048 env steps, the device
 path's iteration), and the episodes that ended are read back after each call. The program is
 compiled before the clock starts; the compile is the run's ``build_s``.
+
+For the races judged on evaluation episodes (``bench.training.Evaluation``), the program also
+has ``evaluate``: the current policy's episodes from a fresh reset, all at once (``vmap``), each
+counted until it ends, compiled with the rest.
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ class Program(NamedTuple):
     calls: int  # the run's length: its settings' total env steps
     sample_env_steps: int
     gradient_steps: Callable
+    # ``evaluate(state, key) -> returns``: episodes of the current policy from a fresh reset,
+    # each to its end (the races judged on evaluation episodes); None where the program has none
+    evaluate: Callable | None = None
 
 
 def jit_program(seed: int, initial_state, run, sample, env_steps_per_call: int, total_timesteps: int, **counts) -> Program:
@@ -83,12 +90,14 @@ def jit_program(seed: int, initial_state, run, sample, env_steps_per_call: int, 
     ``gradient_steps``."""
     import jax
 
+    evaluate = counts.pop("evaluate", None)
     return Program(
         state=jax.jit(initial_state)(jax.random.PRNGKey(seed)),
         run=jax.jit(run),
         sample=jax.jit(sample),
         env_steps_per_call=env_steps_per_call,
         calls=total_timesteps // env_steps_per_call,
+        evaluate=evaluate and jax.jit(evaluate),
         **counts,
     )
 
@@ -103,9 +112,12 @@ class Rollout(NamedTuple):
     finished_return: object  # an ended episode's return where ``done``, else 0
 
 
-def make_program(seed: int, settings: dict = SETTINGS) -> Program:
+def make_program(seed: int, settings: dict = SETTINGS, env_id: str = "CartPole-v1", evaluation=None) -> Program:
     """The initial training state; ``run``, ``UPDATES_PER_CALL`` PPO updates compiled as one
-    XLA program; ``sample``, one rollout of the policy without an update."""
+    XLA program; ``sample``, one rollout of the policy without an update; with ``evaluation``
+    (``bench.training.Evaluation``), ``evaluate``: its episodes of the current policy. On
+    gymnax's ``env_id``, with PureJaxRL's CartPole settings whatever the env (it ships no
+    others)."""
     import flax.linen as nn
     import gymnax
     import jax
@@ -114,7 +126,7 @@ def make_program(seed: int, settings: dict = SETTINGS) -> Program:
     import optax
 
     s = settings
-    env, env_params = gymnax.make("CartPole-v1")
+    env, env_params = gymnax.make(env_id)
     num_actions = env.action_space(env_params).n
     num_updates = s["total_timesteps"] // s["num_steps"] // s["num_envs"]
     batch_size = s["num_envs"] * s["num_steps"]
@@ -222,6 +234,27 @@ def make_program(seed: int, settings: dict = SETTINGS) -> Program:
         params = network.init(init_key, jnp.zeros(env.observation_space(env_params).shape))
         return params, optimizer.init(params), env_state, obs, jnp.zeros(s["num_envs"]), key
 
+    def evaluate(state, key):
+        """``evaluation.episodes`` episodes from a fresh reset, each counted until it ends."""
+        params, episodes = state[0], evaluation.episodes
+        key, reset_key = jax.random.split(key)
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, episodes), env_params)
+
+        def step(carry, _):
+            env_state, obs, total, running, key = carry
+            key, act_key, step_key = jax.random.split(key, 3)
+            logits, _ = network.apply(params, obs)
+            action = jnp.argmax(logits, -1) if evaluation.deterministic else jax.random.categorical(act_key, logits)
+            obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(step_key, episodes), env_state, action, env_params
+            )
+            total = total + jnp.where(running, reward, 0.0)
+            return (env_state, obs, total, running & ~(terminated | truncated), key), None
+
+        start = (env_state, obs, jnp.zeros(episodes), jnp.ones(episodes, dtype=bool), key)
+        (_, _, total, _, _), _ = jax.lax.scan(step, start, None, env_params.max_steps_in_episode)
+        return total
+
     gradient_steps_per_call = UPDATES_PER_CALL * gradient_steps_per_update
     return jit_program(
         seed,
@@ -232,28 +265,49 @@ def make_program(seed: int, settings: dict = SETTINGS) -> Program:
         s["total_timesteps"],
         sample_env_steps=batch_size,
         gradient_steps=lambda state, call: call * gradient_steps_per_call,
+        evaluate=evaluate if evaluation else None,
     )
 
 
-def curve(seed: int, target: float, budget_s: float, last_episodes: int = 100, program: Callable = make_program) -> dict:
+def curve(
+    seed: int,
+    target: float,
+    budget_s: float,
+    last_episodes: int = 100,
+    program: Callable = make_program,
+    evaluation=None,
+) -> dict:
     """One run of ``program(seed)`` (PPO's by default): ``(seconds, env steps, mean return of the
     last episodes, gradient steps)`` after each call, until the target, the budget or the
-    settings' total env steps (PureJaxRL's 500k); the compile apart. Sampling alone (the policy
-    and the envs, no learning) is timed after training."""
+    settings' total env steps (PureJaxRL's 500k); the compile apart. With ``evaluation``
+    (``bench.training.Evaluation``; ``program`` made with it), the return is the last
+    evaluation's instead, one every ``evaluation.every`` env steps with the clock paused, as for
+    SB3. Sampling alone (the policy and the envs, no learning) is timed after training."""
     import jax
     import numpy as np
 
     start = time.perf_counter()
     made = program(seed)
     state, run, sample = made.state, made.run.lower(made.state).compile(), made.sample  # compiled before the clock starts
+    evaluation_key = jax.random.PRNGKey(seed + 10_000)
+    evaluate = made.evaluate.lower(state, evaluation_key).compile() if evaluation else None
     build_s = time.perf_counter() - start
     recent: collections.deque = collections.deque(maxlen=last_episodes)
-    points, start = [], time.perf_counter()
+    points, start, evaluated, next_evaluation = [], time.perf_counter(), math.nan, evaluation.every if evaluation else 0
+    evaluation_s = 0.0  # the seconds the clock stood still for evaluations
     for call in range(1, made.calls + 1):
         state, (done, finished) = run(state)
         done, finished = jax.device_get((done, finished))  # (..., steps, envs): in the order they ended
         recent.extend(np.asarray(finished)[np.asarray(done)].tolist())
         mean = statistics.fmean(recent) if recent else math.nan
+        if evaluate is not None:
+            if call * made.env_steps_per_call >= next_evaluation:
+                paused = time.perf_counter()
+                returns = evaluate(state, jax.random.fold_in(evaluation_key, call))
+                evaluated, next_evaluation = float(np.mean(jax.device_get(returns))), next_evaluation + evaluation.every
+                evaluation_s += time.perf_counter() - paused
+                start += time.perf_counter() - paused
+            mean = evaluated
         steps = int(made.gradient_steps(state, call))
         points.append((time.perf_counter() - start, call * made.env_steps_per_call, mean, steps))
         if mean >= target or points[-1][0] >= budget_s:
@@ -270,4 +324,5 @@ def curve(seed: int, target: float, budget_s: float, last_episodes: int = 100, p
         "build_s": build_s,
         "sampling_env_steps_per_s": sampling,
         "jax_device": f"{device.platform}: {device.device_kind}",
+        "evaluation_s": evaluation_s,
     }

@@ -38,8 +38,9 @@ Tasks (``--task``):
 * ``acrobot-ppo``: PPO on Acrobot, target -100; ``mountaincar-dqn``: DQN on MountainCar, target
   -110 (gymnasium's reward thresholds). ``device``: DevicePPO (``configs/gpu_acrobot_ppo.yaml``),
   DeviceDQN (``configs/gpu_mountaincar_dqn.yaml``); ``sb3``: SB3 with RL-Zoo's hyperparameters
-  for the env. Both are judged on evaluation episodes, not on the training window
-  (``Evaluation``).
+  for the env; ``purejaxrl`` (Acrobot): PureJaxRL's PPO on gymnax's Acrobot-v1, with its
+  CartPole settings (it ships no others). Both are judged on evaluation episodes, not on the
+  training window (``Evaluation``).
 
 Every run happens in a fresh process, one after the other on the same machine (seed by seed,
 each contender in turn, so that the machine's slow spells fall on all of them), and records
@@ -47,7 +48,8 @@ each contender in turn, so that the machine's slow spells fall on all of them), 
 all: on the tasks not judged on evaluation episodes, the mean return of the last 100 episodes
 (the device env runner's ``episode_return_mean``; for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
 ``ep_info_buffer``; PureJaxRL's, the episodes its updates ended). Time to target counts training
-only; building the algorithm (for PureJaxRL, compiling its program) is reported apart.
+only, evaluations off the clock; building the algorithm (for PureJaxRL, compiling its program)
+is reported apart.
 """
 
 from __future__ import annotations
@@ -55,12 +57,14 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import json
 import math
 import os
 import statistics
 import sys
 import time
+import types
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
@@ -96,9 +100,9 @@ class Evaluation:
     window that favours the device path's 32 envs over SB3's one. Every contender is judged
     instead by the mean return of evaluation episodes of its current policy. The device
     contender's come from its experiment file (``evaluation_interval``, its episodes and
-    ``explore``), and its clock runs through them; SB3 plays ``episodes`` every ``every`` env
-    steps (about as often as the device file evaluates), with the clock paused, explore or not as
-    the device file does."""
+    ``explore``); SB3 and PureJaxRL play ``episodes`` every ``every`` env steps (about as often
+    as the device file evaluates), explore or not as the device file does. Every contender's
+    clock stops while it evaluates."""
 
     episodes: int
     every: int
@@ -129,7 +133,7 @@ class Task:
         if self.evaluation is None:
             return self.criterion
         evaluation = self.evaluation
-        return f"{self.criterion}: the device file's, SB3's {evaluation.episodes} every {evaluation.every:,} env steps"
+        return f"{self.criterion}: the device file's, the others' {evaluation.episodes} every {evaluation.every:,} env steps"
 
     @property
     def results_name(self) -> str:
@@ -263,7 +267,11 @@ TASKS = {
             name="acrobot-ppo",
             target=-100.0,  # gymnasium's reward_threshold for Acrobot-v1
             start_return=-500.0,
-            contenders={"device": "ours: device path (DevicePPO)", "sb3": "Stable-Baselines3 PPO (RL-Zoo)"},
+            contenders={
+                "device": "ours: device path (DevicePPO)",
+                "sb3": "Stable-Baselines3 PPO (RL-Zoo)",
+                "purejaxrl": "PureJaxRL PPO (JAX, gymnax)",
+            },
             config_files={"device": "gpu_acrobot_ppo.yaml"},
             sb3=SB3Setup(
                 "PPO",
@@ -371,12 +379,13 @@ def _rllib_curve(
     # The device env runner reports the mean of its last 100 episodes itself; RLlib's stock
     # runner reports the mean of the iteration's episodes, from which the window is rebuilt.
     windowed = isinstance(algo.env_runner, DeviceEnvRunner) and config.metrics_num_episodes_for_smoothing == LAST_EPISODES
+    evaluating = _time_evaluations(algo)
     curve, recent, gradient_steps, start = [], collections.deque(), 0, time.perf_counter()
     evaluated = math.nan  # the last evaluation's mean return (tasks judged on evaluation)
     try:
         while True:
             result = algo.train()
-            elapsed = time.perf_counter() - start
+            elapsed = time.perf_counter() - start - evaluating.seconds  # training only, as for every contender
             runners = result["env_runners"]
             if runners.get("num_episodes", 0):
                 recent.appendleft((float(runners["episode_return_mean"]), int(runners["num_episodes"])))
@@ -394,7 +403,29 @@ def _rllib_curve(
     finally:
         algo.stop()
         ray.shutdown()
-    return {"curve": curve, "build_s": build_s, "sampling_env_steps_per_s": sampling, "config_file": path}
+    return {
+        "curve": curve,
+        "build_s": build_s,
+        "evaluation_s": evaluating.seconds,
+        "sampling_env_steps_per_s": sampling,
+        "config_file": path,
+    }
+
+
+def _time_evaluations(algo) -> types.SimpleNamespace:
+    """The seconds ``algo`` spends in ``evaluate()`` from now on (``.seconds``): time to target
+    counts training only, for every contender; SB3's and PureJaxRL's clocks pause for theirs."""
+    evaluating, evaluate = types.SimpleNamespace(seconds=0.0), algo.evaluate
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return evaluate(*args, **kwargs)
+        finally:
+            evaluating.seconds += time.perf_counter() - start
+
+    algo.evaluate = timed  # train() calls self.evaluate() in the iterations that evaluate
+    return evaluating
 
 
 def _gradient_steps(result: dict) -> int:
@@ -461,6 +492,7 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float, evalu
             super().__init__()
             self.curve, self.start, self.done = [], None, False
             self.evaluated, self.next_evaluation = math.nan, evaluation.every if evaluation else 0
+            self.evaluation_s = 0.0  # the seconds its clock stood still for evaluations
 
         def _on_training_start(self):
             if self.start is None:  # learn() again to go on: the clock goes on too
@@ -496,6 +528,7 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float, evalu
                 )
                 self.evaluated = statistics.fmean(returns)
                 self.next_evaluation += evaluation.every
+                self.evaluation_s += time.perf_counter() - paused
                 self.start += time.perf_counter() - paused
             return self.evaluated
 
@@ -527,7 +560,12 @@ def _sb3_curve(setup: SB3Setup, seed: int, target: float, budget_s: float, evalu
     while steps < 5000:  # sampling alone: policy inference + env steps, as collect_rollouts does
         obs, *_ = env.step(model.predict(obs)[0])
         steps += setup.n_envs
-    return {"curve": callback.curve, "build_s": build_s, "sampling_env_steps_per_s": steps / (time.perf_counter() - start)}
+    return {
+        "curve": callback.curve,
+        "build_s": build_s,
+        "evaluation_s": callback.evaluation_s,
+        "sampling_env_steps_per_s": steps / (time.perf_counter() - start),
+    }
 
 
 def _random_curve(task: Task, seed: int, target: float, budget_s: float) -> dict:
@@ -580,8 +618,12 @@ def run_one(
     if contender == "purejaxrl":
         from rllib_gpuenv.bench import purejaxrl, purejaxrl_dqn
 
-        program = purejaxrl_dqn.make_program if task.name == "cartpole-dqn" else purejaxrl.make_program
-        return purejaxrl.curve(seed, target, budget_s, LAST_EPISODES, program=program)
+        if task.name == "cartpole-dqn":
+            program = purejaxrl_dqn.make_program
+        else:  # its PPO on gymnax's version of the task's env, with its CartPole settings
+            env_id = task.sb3.env if task.sb3 else "CartPole-v1"
+            program = functools.partial(purejaxrl.make_program, env_id=env_id, evaluation=task.evaluation)
+        return purejaxrl.curve(seed, target, budget_s, LAST_EPISODES, program=program, evaluation=task.evaluation)
     return _rllib_curve(task, contender, seed, target, budget_s, overrides or {}, device_config)
 
 
@@ -674,6 +716,7 @@ def _run_row(contender: str, seed: int, budget_s: float, target: float, halfway:
         "final_return": curve[-1][2] if curve else float("nan"),
         "env_steps_per_s": steps / seconds if seconds else 0.0,
         "sampling_env_steps_per_s": result.get("sampling_env_steps_per_s"),
+        "evaluation_s": result.get("evaluation_s", 0.0),  # off the clock
         "config_file": result.get("config_file"),
         **({"jax_device": result["jax_device"]} if "jax_device" in result else {}),  # where PureJaxRL's program ran
         "curve": curve,

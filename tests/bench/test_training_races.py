@@ -129,18 +129,20 @@ def test_sb3_goes_on_past_rl_zoos_steps_until_the_target(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("SB3-*"))
 
 
-def test_acrobot_and_mountaincar_races_are_judged_on_evaluation_episodes(tmp_path):
+def test_the_acrobot_race_judges_every_contender_on_evaluation_episodes_off_its_clock(tmp_path):
     """Every contender's return is its last evaluation's (none before the first): the device file's
     every 5 iterations of 2,048 env steps, SB3's (RL-Zoo: 16 envs x 256 steps a rollout, its
-    observations normalised) at the first rollout's end past 10,240 env steps. Any evaluation
-    reaches -501, so each run stops at its first."""
+    observations normalised) at the first rollout's end past 10,240 env steps, PureJaxRL's at
+    its fifth call of 2,048. Any evaluation reaches -501, so each run stops at its first."""
     out = bench(tmp_path, "training", "--task", "acrobot-ppo", "--seeds", "0", "--target", "-501", "--budget", "600")
-    assert "-501 (evaluation episodes: the device file's, SB3's 100 every 10,240 env steps)" in out.stdout
+    assert "-501 (evaluation episodes: the device file's, the others' 100 every 10,240 env steps)" in out.stdout
     result = outputs(tmp_path, "training_acrobot-ppo")
-    device, sb3 = result["meta"]["curves"]
+    device, sb3, purejaxrl = result["meta"]["curves"]
     assert [p[1] for p in device["curve"]] == [2048 * i for i in range(1, 6)]
     assert [p[1] for p in sb3["curve"]] == [4096 * i for i in range(1, 4)]
-    for run in (device, sb3):
+    assert [p[1] for p in purejaxrl["curve"]] == [2048 * i for i in range(1, 6)]
+    for run in (device, sb3, purejaxrl):
+        assert run["evaluation_s"] > 0  # one evaluation each, off the clock
         *before, last = [p[2] for p in run["curve"]]
         assert all(math.isnan(r) for r in before) and -500 <= last <= 0
         assert run["steps_to_target"] == run["curve"][-1][1]
