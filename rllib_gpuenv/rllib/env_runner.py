@@ -31,6 +31,7 @@ from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import (
     EPISODE_DURATION_SEC_MEAN,
@@ -511,7 +512,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                     stop=lambda done, count=count: bool(done[:count].all()),
                     reset=True,
                 )
-                new = [chunk for i in range(count) for chunk in self._chunks(played, i)[:1] if chunk.is_done]
+                new = [chunk for i in range(count) for chunk in self._chunks(played, i, first_only=True) if chunk.is_done]
                 episodes += new
                 returns += [float(e.get_return()) for e in new]
                 lengths += [len(e) for e in new]
@@ -563,35 +564,43 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         played["ended_returns"], played["ended_lengths"] = rets[mask].tolist(), lens[mask].tolist()
         return played
 
-    def _chunks(self, played: dict, i: int) -> list[SingleAgentEpisode]:
+    def _chunks(self, played: dict, i: int, first_only: bool = False) -> list[SingleAgentEpisode]:
         """Env ``i``'s steps in ``played`` as RLlib episodes: whole episodes and, at either end,
-        the pieces of episodes the recording cut (NEXT_STEP reset steps belong to none)."""
-        chunks, start = [], None
+        the pieces of episodes the recording cut (NEXT_STEP reset steps belong to none); with
+        ``first_only``, the first of them. Only the steps where an episode ends or an env resets
+        are visited: an evaluation round of 512 envs x 500 steps visited all 256,000."""
+        valid = played["valid"][:, i]
         done = played["terminated"][:, i] | played["truncated"][:, i]
-        for t in range(played["steps"]):
-            if not played["valid"][t, i]:  # a reset step: the next episode starts after it
-                start = None
-                continue
-            start = t if start is None else start
-            if done[t]:
+        chunks, start = [], 0  # the episode in progress starts at the first valid step from ``start``
+        for t in np.flatnonzero(~valid | done).tolist():
+            if valid[t]:  # an episode ends here
                 chunks.append(self._episode(played, i, start, t + 1))
-                start = None
-        if start is not None:
+                if first_only:
+                    return chunks
+            start = t + 1  # after an end, or a reset step (a piece cut by it, not ended, is dropped)
+        if start < played["steps"]:
             chunks.append(self._episode(played, i, start, played["steps"]))
         return chunks
 
     def _episode(self, played: dict, i: int, start: int, end: int) -> SingleAgentEpisode:
-        """Env ``i``'s steps ``[start, end)`` as an RLlib episode (numpy)."""
+        """Env ``i``'s steps ``[start, end)`` as an RLlib episode, made from numpy arrays as
+        ``to_numpy()`` would leave it: built step by step from lists and then stacked, 512
+        evaluation episodes of 500 steps took as long as playing them."""
+
+        def buffer(data: np.ndarray, space=None) -> InfiniteLookbackBuffer:
+            return InfiniteLookbackBuffer(data=np.array(data), lookback=0, space=space)  # a copy: not a view of ``played``
+
+        observations = np.concatenate([played["obs"][start : start + 1, i], played["next_obs"][start:end, i]])
         return SingleAgentEpisode(
-            observations=[played["obs"][start, i], *played["next_obs"][start:end, i]],
-            actions=list(played["actions"][start:end, i]),
-            rewards=list(played["rewards"][start:end, i]),
+            observations=buffer(observations, self.env.single_observation_space),
+            actions=buffer(played["actions"][start:end, i], self.env.single_action_space),
+            rewards=buffer(played["rewards"][start:end, i]),
             terminated=bool(played["terminated"][end - 1, i]),
             truncated=bool(played["truncated"][end - 1, i]),
             len_lookback_buffer=0,
             observation_space=self.env.single_observation_space,
             action_space=self.env.single_action_space,
-        ).to_numpy()
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict:

@@ -150,6 +150,56 @@ def test_evaluation_episodes_end_on_their_real_final_observation(runs, mode):
             assert tuple(episode.get_observations(-1).tolist()) == (0.0, float(length))
 
 
+def _reference_chunks(runner, played: dict, i: int) -> list:
+    """Env ``i``'s episode pieces as RLlib builds episodes, step by step from lists, then ``to_numpy()``."""
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    def episode(start: int, end: int) -> SingleAgentEpisode:
+        return SingleAgentEpisode(
+            observations=[played["obs"][start, i], *played["next_obs"][start:end, i]],
+            actions=list(played["actions"][start:end, i]),
+            rewards=list(played["rewards"][start:end, i]),
+            terminated=bool(played["terminated"][end - 1, i]),
+            truncated=bool(played["truncated"][end - 1, i]),
+            len_lookback_buffer=0,
+            observation_space=runner.env.single_observation_space,
+            action_space=runner.env.single_action_space,
+        ).to_numpy()
+
+    chunks, start = [], None
+    for t in range(played["steps"]):
+        if not played["valid"][t, i]:
+            start = None
+            continue
+        start = t if start is None else start
+        if played["terminated"][t, i] or played["truncated"][t, i]:
+            chunks.append(episode(start, t + 1))
+            start = None
+    return chunks + ([episode(start, played["steps"])] if start is not None else [])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_played_steps_become_the_episodes_rllib_would_build(runs, mode):
+    """Evaluation by timesteps returns what it played as RLlib episodes: whole ones and the pieces
+    cut at either end, made straight from numpy (episodes mode takes each env's first), as RLlib
+    makes them from lists."""
+    runner, _ = runs[mode]
+    played = runner._play(False, 2 * T, N, stop=lambda done: False, reset=True)
+    for i in range(N):
+        ours, reference = runner._chunks(played, i), _reference_chunks(runner, played, i)
+        assert len(ours) == len(reference) >= 2  # each scripted env ends an episode within 2T steps
+        assert runner._chunks(played, i, first_only=True)[0].get_return() == reference[0].get_return()
+        for got, want in zip(ours, reference):
+            assert got.is_numpy and (got.is_terminated, got.is_truncated, len(got)) == (
+                want.is_terminated,
+                want.is_truncated,
+                len(want),
+            )
+            for column in ("observations", "actions", "rewards"):
+                mine, theirs = getattr(got, f"get_{column}")(), getattr(want, f"get_{column}")()
+                assert mine.dtype == theirs.dtype and (mine == theirs).all(), column
+
+
 def test_an_env_without_an_autoreset_mode_fails_naming_the_choices():
     with pytest.raises(
         ValueError, match=r"ScriptedNoMode declares no metadata\['autoreset_mode'\]: .*NEXT_STEP or .*SAME_STEP"
