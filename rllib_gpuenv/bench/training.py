@@ -46,8 +46,9 @@ Every run happens in a fresh process, one after the other on the same machine (s
 each contender in turn, so that the machine's slow spells fall on all of them), and records
 (seconds, env steps, mean return, gradient steps) after each iteration. The return criterion is the same for
 all: on the tasks not judged on evaluation episodes, the mean return of the last 100 episodes
-(the device env runner's ``episode_return_mean``; for RLlib's stock runner, rebuilt from each iteration's mean and count; SB3's
-``ep_info_buffer``; PureJaxRL's, the episodes its updates ended). Time to target counts training
+(the device env runner's ``episode_return_mean``; for RLlib's stock runner, rebuilt from each
+iteration's mean and count; SB3's ``ep_info_buffer``; PureJaxRL's, the episodes its updates
+ended). Time to target counts training
 only, evaluations off the clock; building the algorithm (for PureJaxRL, compiling its program)
 is reported apart.
 """
@@ -97,7 +98,7 @@ class Evaluation:
 
     Where the good episodes are the short ones (Acrobot, MountainCar: -1 a step until the goal),
     the last 100 episodes to end over-represent them, the more so the more envs run at once: a
-    window that favours the device path's 32 envs over SB3's one. Every contender is judged
+    window that favours whoever runs the most envs. Every contender is judged
     instead by the mean return of evaluation episodes of its current policy. The device
     contender's come from its experiment file (``evaluation_interval``, its episodes and
     ``explore``); SB3 and PureJaxRL play ``episodes`` every ``every`` env steps (about as often
