@@ -102,7 +102,8 @@ class Evaluation:
     instead by the mean return of evaluation episodes of its current policy. The device
     contender's come from its experiment file (``evaluation_interval``, its episodes and
     ``explore``); SB3 and PureJaxRL play ``episodes`` every ``every`` env steps (about as often
-    as the device file evaluates), explore or not as the device file does. Every contender's
+    as the shipped device file evaluates), greedily or not as it does (``deterministic``; another
+    file given with ``--device-config`` that evaluates otherwise is said to). Every contender's
     clock stops while it evaluates."""
 
     episodes: int
@@ -346,14 +347,25 @@ def _experiment_file(task: Task, contender: str, device_config: str | None) -> s
 
 
 def _check_evaluates(task: Task, path: str) -> None:
-    """A task judged on evaluation episodes needs an experiment file that evaluates."""
+    """A task judged on evaluation episodes needs an experiment file that evaluates; one that
+    evaluates otherwise than the others will (greedy or sampling) is said to."""
     from rllib_gpuenv.experiments import load_experiments
 
-    if not all(experiment.config.evaluation_interval for experiment in load_experiments(path)):
-        raise ValueError(
-            f"task {task.name} is judged on evaluation episodes, and {path} never evaluates: "
-            "set evaluation_interval (and evaluation_duration) in its config"
-        )
+    for experiment in load_experiments(path):
+        config = experiment.config
+        if not config.evaluation_interval:
+            raise ValueError(
+                f"task {task.name} is judged on evaluation episodes, and {path} never evaluates: "
+                "set evaluation_interval (and evaluation_duration) in its config"
+            )
+        explore = config.get_evaluation_config_object().explore
+        if explore == task.evaluation.deterministic:
+            how = "greedily" if task.evaluation.deterministic else "sampling their actions"
+            print(
+                f"note: {path} evaluates with explore={explore}, "
+                f"while the other contenders of {task.name} evaluate {how}, as its shipped file does",
+                file=sys.stderr,
+            )
 
 
 def _rllib_curve(

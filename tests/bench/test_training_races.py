@@ -168,6 +168,21 @@ def test_a_race_judged_on_evaluation_refuses_a_file_that_never_evaluates(tmp_pat
     assert not (tmp_path / "out").exists()  # no run started
 
 
+def test_a_device_file_that_evaluates_otherwise_than_the_others_is_said_to(tmp_path, capsys):
+    from rllib_gpuenv.bench.training import TASKS, _check_evaluates
+    from rllib_gpuenv.experiments.shipped import config_file
+
+    _check_evaluates(TASKS["acrobot-ppo"], str(config_file("gpu_acrobot_ppo.yaml")))  # the shipped file: as the others
+    assert capsys.readouterr().err == ""
+    greedy = tmp_path / "greedy.yaml"
+    text = config_file("gpu_acrobot_ppo.yaml").read_text()
+    greedy.write_text(text.replace("{num_envs_per_env_runner: 512}", "{num_envs_per_env_runner: 512, explore: false}"))
+    _check_evaluates(TASKS["acrobot-ppo"], str(greedy))
+    assert (
+        "evaluates with explore=False, while the other contenders of acrobot-ppo evaluate sampling" in capsys.readouterr().err
+    )
+
+
 def test_training_refuses_a_contender_the_task_lacks(tmp_path):
     out = run_module(
         "rllib_gpuenv.cli",
