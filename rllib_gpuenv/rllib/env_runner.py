@@ -514,7 +514,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
                 )
                 new = [chunk for i in range(count) for chunk in self._chunks(played, i, first_only=True) if chunk.is_done]
                 episodes += new
-                returns += [float(e.get_return()) for e in new]
+                returns += [float(e.get_rewards().sum(dtype=np.float64)) for e in new]  # RLlib's get_return() sums in Python
                 lengths += [len(e) for e in new]
                 steps += played["steps"] * N
             self._obs = None  # the next rollout starts from fresh episodes
