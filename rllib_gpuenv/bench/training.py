@@ -65,11 +65,10 @@ import os
 import statistics
 import sys
 import time
-import types
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
-from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, format_table, lookup
+from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, EvaluationTime, format_table, lookup
 
 CURVE_EVERY = 256  # env steps between the points of SB3's curve, whose rollouts may be a step each (SAC)
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
@@ -392,13 +391,13 @@ def _rllib_curve(
     # The device env runner reports the mean of its last 100 episodes itself; RLlib's stock
     # runner reports the mean of the iteration's episodes, from which the window is rebuilt.
     windowed = isinstance(algo.env_runner, DeviceEnvRunner) and config.metrics_num_episodes_for_smoothing == LAST_EPISODES
-    evaluating = _time_evaluations(algo)
+    evaluating = EvaluationTime(algo)  # time to target counts training only, as for every contender
     curve, recent, gradient_steps, start = [], collections.deque(), 0, time.perf_counter()
     evaluated = math.nan  # the last evaluation's mean return (tasks judged on evaluation)
     try:
         while True:
             result = algo.train()
-            elapsed = time.perf_counter() - start - evaluating.seconds  # training only, as for every contender
+            elapsed = time.perf_counter() - start - evaluating.seconds
             runners = result["env_runners"]
             if runners.get("num_episodes", 0):
                 recent.appendleft((float(runners["episode_return_mean"]), int(runners["num_episodes"])))
@@ -423,22 +422,6 @@ def _rllib_curve(
         "sampling_env_steps_per_s": sampling,
         "config_file": path,
     }
-
-
-def _time_evaluations(algo) -> types.SimpleNamespace:
-    """The seconds ``algo`` spends in ``evaluate()`` from now on (``.seconds``): time to target
-    counts training only, for every contender; SB3's and PureJaxRL's clocks pause for theirs."""
-    evaluating, evaluate = types.SimpleNamespace(seconds=0.0), algo.evaluate
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return evaluate(*args, **kwargs)
-        finally:
-            evaluating.seconds += time.perf_counter() - start
-
-    algo.evaluate = timed  # train() calls self.evaluate() in the iterations that evaluate
-    return evaluating
 
 
 def _gradient_steps(result: dict) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -37,6 +38,26 @@ EVALUATION_RETURN_METRIC = f"evaluation/{RETURN_METRIC}"  # evaluation/env_runne
 ENV_STEPS_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED_LIFETIME}"
 EPISODES_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_EPISODES_LIFETIME}"
 _ENDED = ("TERMINATED", "ERROR")
+
+
+class EvaluationTime:
+    """The seconds ``algo.evaluate()`` takes from now on, summed (``seconds``): the main job says
+    how much of its time went to evaluating, and the training races take it off every
+    contender's clock. RLlib's ``evaluation_iteration`` timer is a running mean, reported an
+    iteration late; this wraps the method ``train()`` calls in the iterations that evaluate."""
+
+    def __init__(self, algo) -> None:
+        self.seconds = 0.0
+        evaluate = algo.evaluate
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return evaluate(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        algo.evaluate = timed
 
 
 def lookup(result: dict, path: str, default: Any = None) -> Any:

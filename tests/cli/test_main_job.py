@@ -286,4 +286,5 @@ def test_a_file_that_stops_on_its_evaluation_is_judged_by_it(tmp_path):
     assert evaluated and all(int(line.split()[1]) % 5 == 0 for line in evaluated)
     assert len(lines) == int(evaluated[-1].split()[1])  # it stopped at an evaluation
     assert run.reached_target and "reached evaluation mean return" in text and ">= -100" in text, text[-1500:]
+    assert re.search(r">= -100 in [0-9.]+ s, of which evaluating [0-9.]+ s \(\d+ iterations\)", text), text[-500:]
     assert "stops at evaluation/env_runners/episode_return_mean >= -100 or training_iteration >= 300" in text
