@@ -100,8 +100,13 @@ def write_results(rows: list[dict], out_dir: str, name: str, meta: dict) -> str:
 
 
 def report(rows: list[dict], out_dir: str, name: str, meta: dict, plot: Callable[[], str] | None = None) -> str:
-    """Write the raw results (and the plot, when ``plot`` draws one); say where; return the JSON path."""
+    """Write the raw results (and the plot, when ``plot`` draws one); say where; return the JSON
+    path. The ``<name>.partial`` files a benchmark kept while it ran (``write_results``, what a
+    cut run leaves) are removed: the finished results replace them."""
     path = write_results(rows, out_dir, name, meta)
+    for ext in ("json", "csv"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out_dir, f"{name}.partial.{ext}"))
     print(f"\nraw results: {path}")
     if plot is not None:
         print(f"plot: {plot()}")

@@ -8,13 +8,12 @@ default, or any others) seed by seed, each run in a fresh process, as the main j
 algorithm's ``train()`` in a loop, in this process without Ray where nothing is remote, stopped
 when one of the file's criteria is met (Tune's rule) or the time budget runs out. It prints, per
 file, how many seeds reached the target and the median and worst time from the first
-``train()`` (evaluations included), iterations and env steps. ``bench training`` races a file
-against other libraries; this one checks the files themselves.
+``train()`` (evaluations included, and how much of it they took), iterations and env steps.
+``bench training`` races a file against other libraries; this one checks the files themselves.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
@@ -28,6 +27,7 @@ from rllib_gpuenv.experiments.progress import (
     ENV_STEPS_METRIC,
     EVALUATION_RETURN_METRIC,
     RETURN_METRIC,
+    EvaluationTime,
     format_table,
     lookup,
 )
@@ -74,6 +74,7 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
     start = time.perf_counter()
     algo = config.build_algo()
     build_s = time.perf_counter() - start
+    evaluating = EvaluationTime(algo)
     curve, start = [], time.perf_counter()
     try:
         while True:
@@ -96,6 +97,7 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
         "target": goal,
         "reached": reached,
         "seconds": elapsed,
+        "evaluation_s": evaluating.seconds,  # of ``seconds``
         "iterations": len(curve),
         "env_steps": curve[-1]["env_steps"],
         "build_s": build_s,
@@ -114,7 +116,8 @@ def summarise(runs: list[dict]) -> list[dict]:
     iterations and env steps over the seeds that reached it."""
 
     def median(runs: list[dict], key: str):
-        return statistics.median(r[key] for r in runs) if runs else None
+        values = [r[key] for r in runs if key in r]  # runs recorded before evaluation_s have none
+        return statistics.median(values) if values else None
 
     rows = []
     for file in dict.fromkeys(r["file"] for r in runs):
@@ -130,6 +133,7 @@ def summarise(runs: list[dict]) -> list[dict]:
                 "reached": f"{len(hit)}/{len(mine)}",
                 "median_s": median(hit, "seconds"),
                 "worst_s": max(r["seconds"] for r in hit) if hit else None,
+                "median_evaluation_s": median(hit, "evaluation_s"),
                 "median_iterations": median(hit, "iterations"),
                 "median_env_steps": median(hit, "env_steps"),
                 "build_s": median(mine, "build_s"),
@@ -154,6 +158,7 @@ def summary_text(rows: list[dict]) -> str:
         "target",
         "reached",
         "median s (worst)",
+        "of which evaluating",
         "median iterations",
         "median env steps",
         "build s",
@@ -165,6 +170,7 @@ def summary_text(rows: list[dict]) -> str:
             r["target"],
             r["reached"],
             f"{num(r['median_s'], '.1f')} ({num(r['worst_s'], '.1f')})",
+            num(r.get("median_evaluation_s"), ".1f"),
             num(r["median_iterations"], "g"),
             num(r["median_env_steps"], ",.0f"),
             num(r["build_s"], ".1f"),
@@ -222,9 +228,6 @@ def run(
     meta = {"files": files, "seeds": seeds, "device": device, "budget_s": budget_s, "summary": rows, "curves": runs}
     flat = [{k: v for k, v in r.items() if k != "curve"} for r in runs]
     report(flat, out_dir, "files", meta, plot=(lambda: plot_files(runs, out_dir)) if plot else None)
-    for ext in ("json", "csv"):  # what the finished run replaces
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out_dir, f"files.partial.{ext}"))
     return rows
 
 

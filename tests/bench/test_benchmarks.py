@@ -176,6 +176,8 @@ def test_files_trains_each_file_to_its_own_stop(tmp_path):
     assert acrobot["reached"] and acrobot["stopped_by"] == ["evaluation/env_runners/episode_return_mean"]
     assert acrobot["iterations"] % 5 == 0 and acrobot["env"] == "GPUAcrobot-v1"
     assert not tiny["reached"] and tiny["stopped_by"] == ["training_iteration"] and tiny["iterations"] == 2
+    assert 0 < acrobot["evaluation_s"] < acrobot["seconds"] and tiny["evaluation_s"] == 0  # the tiny file never evaluates
+    assert "of which evaluating" in out.stdout
     assert not list(tmp_path.glob("files.partial.*"))
     refused = run_module("rllib_gpuenv.cli", "bench", "files", "--files", str(tiny_dqn_file(tmp_path)), "--out", str(tmp_path))
     assert refused.returncode != 0 and "stop criteria name no return to reach" in refused.stderr

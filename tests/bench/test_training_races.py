@@ -147,6 +147,7 @@ def test_the_acrobot_race_judges_every_contender_on_evaluation_episodes_off_its_
         assert all(math.isnan(r) for r in before) and -500 <= last <= 0
         assert run["steps_to_target"] == run["curve"][-1][1]
     assert result["meta"]["summary"][1]["median_gradient_steps_to_target"] == 2 * 4 * 64  # 2 rollouts: 4 epochs x 64 of 64
+    assert not list(tmp_path.glob("*.partial.*"))  # the finished results replace what the run kept as it went
 
 
 def test_a_race_judged_on_evaluation_refuses_a_file_that_never_evaluates(tmp_path):
