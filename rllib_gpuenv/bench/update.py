@@ -108,7 +108,19 @@ class PlainPPO:
                 self.step({key: column[index] for key, column in columns.items()})
 
 
-class PlainDQN:
+class PlainReplayUpdate:
+    """The update of a plain-torch replay algorithm: its ``step`` on each minibatch of the draws, in order."""
+
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def update(self, draws: dict[str, torch.Tensor], minibatch_size: int) -> None:
+        rows = len(draws["obs"])
+        for start in range(0, rows - minibatch_size + 1, minibatch_size):
+            self.step({key: column[start : start + minibatch_size] for key, column in draws.items()})
+
+
+class PlainDQN(PlainReplayUpdate):
     """DQN's gradient step in plain torch (CleanRL's shape) with the network of RLlib's DQN module
     for the config: a ``fcnet_hiddens`` encoder, dueling advantage and value heads; double Q,
     the n-step target from a target network, the Huber loss, the gradients' global norm clipped,
@@ -161,13 +173,8 @@ class PlainDQN:
             torch.nn.utils.clip_grad_norm_(self.q.parameters(), config.grad_clip)
         self.optimizer.step()
 
-    def update(self, draws: dict[str, torch.Tensor], minibatch_size: int) -> None:
-        rows = len(draws["obs"])
-        for start in range(0, rows - minibatch_size + 1, minibatch_size):
-            self.step({key: column[start : start + minibatch_size] for key, column in draws.items()})
 
-
-class PlainSAC:
+class PlainSAC(PlainReplayUpdate):
     """SAC's gradient step in plain torch (CleanRL's shape) with the networks of RLlib's SAC
     module for the config: a ``fcnet_hiddens`` MLP for the actor and, per Q network, one for
     the observation and one for the action, joined (``fusionnet_hiddens``, tanh) into a layer of
@@ -242,11 +249,6 @@ class PlainSAC:
         (critic + actor + alpha_loss).backward()
         for optimizer in self.optimizers:
             optimizer.step()
-
-    def update(self, draws: dict[str, torch.Tensor], minibatch_size: int) -> None:
-        rows = len(draws["obs"])
-        for start in range(0, rows - minibatch_size + 1, minibatch_size):
-            self.step({key: column[start : start + minibatch_size] for key, column in draws.items()})
 
 
 def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_update: int = 16) -> list[dict]:
