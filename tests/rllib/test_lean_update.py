@@ -119,6 +119,47 @@ def test_dqn_runs_its_next_observations_without_gradients(monkeypatch):
     assert_same({"ours": ours[:2], "RLlib's module": rllibs[:2]})
 
 
+@pytest.mark.parametrize("actions", [2, 3, 6])
+def test_dqn_centres_its_advantages_as_rllib_does(actions):
+    """DeviceDQN's module centres the dueling advantages with ``mean`` where RLlib's takes a
+    ``nanmean`` that skips masked (-inf) actions: on finite advantages the same Q-values and
+    gradients to the bit. A subclass whose head masks with -inf (``finite_advantages = False``)
+    gets RLlib's centring, the masked action staying at -inf."""
+    import gymnasium as gym
+    from ray.rllib.algorithms.dqn.default_dqn_rl_module import QF_PREDS
+    from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
+
+    from rllib_gpuenv.rllib import DeviceDQNConfig
+
+    config = DeviceDQNConfig()
+    spec = config.get_default_rl_module_spec()
+    spec.observation_space, spec.action_space = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(actions)
+    spec.model_config = config.model_config
+    torch.manual_seed(actions)
+    module = spec.build()
+    obs = torch.randn(256, 4) * 3
+    heads = {"af": module.af, "vf": module.vf}
+
+    def q_and_grads(helper):
+        module.zero_grad()
+        q = helper(module, {"obs": obs}, module.encoder, heads)[QF_PREDS]
+        q.pow(2).sum().backward()
+        return q.detach(), [p.grad.clone() for p in module.parameters()]
+
+    ours, rllibs = q_and_grads(type(module)._qf_forward_helper), q_and_grads(DefaultDQNTorchRLModule._qf_forward_helper)
+    assert torch.equal(ours[0], rllibs[0]) and all(torch.equal(a, b) for a, b in zip(ours[1], rllibs[1]))
+
+    class MaskedHead(torch.nn.Module):
+        def forward(self, features):
+            return module.af(features).index_fill(-1, torch.tensor([0]), float("-inf"))
+
+    heads["af"] = MaskedHead()
+    module.finite_advantages = False
+    masked = type(module)._qf_forward_helper(module, {"obs": obs}, module.encoder, heads)[QF_PREDS]
+    assert torch.equal(masked, DefaultDQNTorchRLModule._qf_forward_helper(module, {"obs": obs}, module.encoder, heads)[QF_PREDS])
+    assert masked[:, 0].eq(float("-inf")).all() and masked[:, 1:].isfinite().all()
+
+
 def test_a_loss_of_the_users_own_keeps_rllibs_update():
     class MyLearner(DevicePPOTorchLearner):
         calls = 0
