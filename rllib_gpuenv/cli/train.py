@@ -23,7 +23,15 @@ import time
 import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
-from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, RETURN_METRIC, EvaluationTime, IterationLines, lookup
+from rllib_gpuenv.experiments.progress import (
+    ENV_STEPS_METRIC,
+    EPISODES_METRIC,
+    EVALUATION_RETURN_METRIC,
+    RETURN_METRIC,
+    EvaluationTime,
+    IterationLines,
+    lookup,
+)
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
 from rllib_gpuenv.rllib.checkpointing import check_checkpoint_files, saved_config
@@ -269,6 +277,8 @@ def train(
         bar=progress_bar,
         evaluation_interval=evaluates_every(config),
         evaluation_target=metric == EVALUATION_RETURN_METRIC,
+        steps=int(algo.metrics.peek(tuple(ENV_STEPS_METRIC.split("/")), default=0)),  # a resumed run's, else 0
+        episodes=int(algo.metrics.peek(tuple(EPISODES_METRIC.split("/")), default=0)),
     )
     evaluating = EvaluationTime(algo)
     failed = True
@@ -285,8 +295,8 @@ def train(
         evaluated = metric == EVALUATION_RETURN_METRIC
         ret = progress.last_evaluation if evaluated else lookup(result, RETURN_METRIC, float("nan"))
         elapsed = result.get("time_total_s", float("nan"))
-        if evaluating.seconds:  # the files that stop on evaluation: on Acrobot about half their time
-            elapsed_text = f"{elapsed:.1f} s, of which evaluating {evaluating.seconds:.1f} s"
+        if evaluating.total_seconds:  # the files that stop on evaluation: on Acrobot about half their time
+            elapsed_text = f"{elapsed:.1f} s, of which evaluating {evaluating.total_seconds:.1f} s"
         else:
             elapsed_text = f"{elapsed:.1f} s"
         reached = ret >= target

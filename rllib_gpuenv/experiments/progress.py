@@ -41,13 +41,16 @@ _ENDED = ("TERMINATED", "ERROR")
 
 
 class EvaluationTime:
-    """The seconds ``algo.evaluate()`` takes from now on, summed (``seconds``): the main job says
-    how much of its time went to evaluating, and the training races take it off every
-    contender's clock. RLlib's ``evaluation_iteration`` timer is a running mean, reported an
-    iteration late; this wraps the method ``train()`` calls in the iterations that evaluate."""
+    """The seconds ``algo.evaluate()`` takes from now on, summed (``seconds``): the training races
+    take them off every contender's clock. RLlib's ``evaluation_iteration`` timer is a running
+    mean, reported an iteration late; this wraps the method ``train()`` calls in the iterations
+    that evaluate. ``total_seconds`` adds what a restored algorithm had spent before (the device
+    algorithms' checkpoints keep it, ``rllib.checkpointing``): the main job's "of which
+    evaluating", beside ``time_total_s``, which counts from the first run too."""
 
     def __init__(self, algo) -> None:
         self.seconds = 0.0
+        self.earlier_seconds = getattr(algo, "evaluation_time_total_s", 0.0)
         evaluate = algo.evaluate
 
         def timed(*args, **kwargs):
@@ -56,8 +59,13 @@ class EvaluationTime:
                 return evaluate(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - start
+                algo.evaluation_time_total_s = self.total_seconds  # what its checkpoints keep
 
         algo.evaluate = timed
+
+    @property
+    def total_seconds(self) -> float:
+        return self.earlier_seconds + self.seconds
 
 
 def lookup(result: dict, path: str, default: Any = None) -> Any:
@@ -86,7 +94,11 @@ class IterationLines:
         bar: bool | None = None,
         evaluation_interval: int = 0,
         evaluation_target: bool = False,
+        steps: int = 0,
+        episodes: int = 0,
     ):
+        """``steps`` and ``episodes``: the counts a resumed run starts from (its checkpoint's), so
+        that its first line shows that iteration's own env steps, episodes and env-steps/s."""
         from tqdm import tqdm
 
         self.target = target  # of the training window's return, or (evaluation_target) of the evaluation's
@@ -97,8 +109,8 @@ class IterationLines:
         self.bar = tqdm(
             total=max_iterations, unit="iter", dynamic_ncols=True, disable=None if bar is None else not bar, file=sys.stderr
         )
-        self.steps = 0
-        self.episodes = 0
+        self.steps = steps
+        self.episodes = episodes
 
     def update(self, result: dict, iteration_s: float) -> None:
         ret = lookup(result, RETURN_METRIC, math.nan)

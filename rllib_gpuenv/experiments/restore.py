@@ -6,8 +6,8 @@ a Tune experiment resumed where it was interrupted (``--resume``).
 experiment's config, then loads the checkpoint's state into it (modules, optimizers, counters,
 metrics and, on the device path, the envs and random generators) before its first iteration.
 It is RLlib's own recipe for continuing with Tune, an ``on_algorithm_init`` callback that calls
-``restore_from_path``; the iteration and env-step counters go on from the checkpoint's, so stop
-criteria count the whole run. Anything else in the config may differ (a new learning rate, more
+``restore_from_path``; the iteration and env-step counters and the training time go on from the
+checkpoint's, so stop criteria count the whole run. Anything else in the config may differ (a new learning rate, more
 envs or learners: the envs then start new episodes). The checkpoint is checked before Ray starts: its files
 readable, its algorithm, env and model the experiment's.
 

@@ -11,6 +11,11 @@ one more iteration of the uninterrupted run, bit for bit, on the same device, fo
 runner and learner (``num_env_runners=0``, ``num_learners=0``: the main job's setup). Remote env
 runners are restarted from synced weights, as in RLlib, not from their envs' state.
 
+It saves the run's clocks too: the training time (``time_total_s``, which Tune restores from its
+own records but ``Algorithm.from_checkpoint`` starts again at 0) and the time spent evaluating
+(``evaluation_time_total_s``, summed by ``experiments.progress.EvaluationTime``), so that a
+resumed run's times count from its start, as its iterations and env steps do.
+
 A truncated or otherwise unreadable checkpoint file is an error that names the file, before
 anything else is restored.
 """
@@ -25,6 +30,7 @@ import numpy as np
 import torch
 
 RANDOM_GENERATORS = "random_generators"
+CLOCKS = "clocks"
 
 
 class CheckpointError(ValueError):
@@ -120,16 +126,22 @@ class ResumesExactly:
     """Mixin for an ``Algorithm``: checkpoints carry the process's random generators, and
     restoring checks the files first (see the module doc)."""
 
+    evaluation_time_total_s = 0.0  # seconds in ``evaluate()`` over the run and the runs it resumes
+
     def get_state(self, *args, **kwargs) -> dict:
         state = super().get_state(*args, **kwargs)
         state[RANDOM_GENERATORS] = random_generator_states()
+        state[CLOCKS] = {"time_total_s": self._time_total, "evaluation_time_total_s": self.evaluation_time_total_s}
         return state
 
     def set_state(self, state: dict) -> None:
-        generators = state.get(RANDOM_GENERATORS)
-        super().set_state({k: v for k, v in state.items() if k != RANDOM_GENERATORS})
+        generators, clocks = state.get(RANDOM_GENERATORS), state.get(CLOCKS)
+        super().set_state({k: v for k, v in state.items() if k not in (RANDOM_GENERATORS, CLOCKS)})
         if generators is not None:
             self._restored_generators = generators
+        if clocks is not None:
+            self._time_total = clocks["time_total_s"]
+            self.evaluation_time_total_s = clocks["evaluation_time_total_s"]
 
     def restore_from_path(self, path, *args, **kwargs):
         check_checkpoint_files(path)

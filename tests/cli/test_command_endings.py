@@ -60,7 +60,8 @@ def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path, stop_signal):
     out, err = job.stdout, job.stderr
     assert job.returncode == 0 and "Traceback" not in err, err[-3000:]
     assert "stopping after this iteration and saving a checkpoint (Ctrl-C again to quit at once)" in err
-    stopped_at = int(re.search(r"interrupted after (\d+) iterations? ", out).group(1))  # "1 iteration"
+    stopped_at, seconds = re.search(r"interrupted after (\d+) iterations? \(([0-9.]+) s\)", out).groups()  # "1 iteration"
+    stopped_at = int(stopped_at)
     checkpoint = re.search(r"checkpoint saved to (\S+)", out).group(1)
     assert f"go on from it with: rllib-gpuenv train --resume {checkpoint}" in out
 
@@ -69,6 +70,9 @@ def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path, stop_signal):
     assert f"resuming {checkpoint} at iteration {stopped_at}" in resumed.stdout
     assert "starting Ray" not in resumed.stdout  # its start-up line: the local job resumes without a Ray cluster
     assert [line.split()[1] for line in resumed.stdout.splitlines() if line.startswith("iter ")] == [str(stopped_at + 1)]
+    # The checkpoint keeps the training time: the resumed run's counts from the first run's start.
+    went_on = float(re.search(rf"after {stopped_at + 1} iterations \(([0-9.]+) s\)", resumed.stdout).group(1))
+    assert went_on >= float(seconds), resumed.stdout[-1500:]
 
 
 NOTICES = ("on the new API stack!", "Token authentication is enabled", "RLModule(config=", "Install gputil")

@@ -4,7 +4,7 @@ import io
 
 from ray.tune.experiment import Trial
 
-from rllib_gpuenv.experiments.progress import ResultRows
+from rllib_gpuenv.experiments.progress import IterationLines, ResultRows
 
 
 def result(iteration: int, ret: float, evaluation: float | None) -> dict:
@@ -51,3 +51,14 @@ def test_an_evaluating_trial_shows_its_evaluation_return_where_it_evaluates():
 def test_a_trial_that_does_not_evaluate_has_no_eval_column():
     header, line = rows({}, [result(1, 20.0, None)])
     assert header[-2:] == ["time", "(s)"] and line[1:3] == ["1", "20.0"] and len(line) == 6
+
+
+def test_a_resumed_main_job_s_first_line_counts_its_own_iteration(capsys):
+    """The main job resumed at iteration 7 of 2,048 env steps each: its first line's env steps per
+    second and episodes are iteration 8's own, not the whole run's since iteration 1."""
+    lines = IterationLines(100, 475.0, bar=False, steps=7 * 2048, episodes=70)
+    update = result(8, 30.0, None)
+    update["env_runners"]["num_episodes_lifetime"] = 74
+    lines.update(update, iteration_s=0.5)
+    line = capsys.readouterr().out
+    assert "   4 episodes" in line and "4,096 env-steps/s" in line and "16,384" in line, line

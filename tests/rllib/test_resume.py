@@ -41,7 +41,8 @@ def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backen
     algo = small_config(backend, rllib_defaults).build_algo()
     try:
         for _ in range(4):
-            algo.train()
+            trained_s = algo.train()["time_total_s"]
+        algo.evaluation_time_total_s = 1.25  # as experiments.progress.EvaluationTime sums it
         path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
         went_on = [algo.train() for _ in range(2)]
         expected = snapshot(algo)
@@ -49,7 +50,9 @@ def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backen
         algo.stop()
     restored = DevicePPO.from_checkpoint(path)
     try:
+        assert restored.evaluation_time_total_s == 1.25
         resumed = [restored.train() for _ in range(2)]
+        assert resumed[0]["time_total_s"] > trained_s  # the clock goes on from the checkpoint's (Tune's restore does too)
         got = snapshot(restored)
     finally:
         restored.stop()
