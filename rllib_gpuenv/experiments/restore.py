@@ -7,9 +7,9 @@ experiment's config, then loads the checkpoint's state into it (modules, optimiz
 metrics and, on the device path, the envs and random generators) before its first iteration.
 It is RLlib's own recipe for continuing with Tune, an ``on_algorithm_init`` callback that calls
 ``restore_from_path``; the iteration and env-step counters and the training time go on from the
-checkpoint's, so stop criteria count the whole run. Anything else in the config may differ (a new learning rate, more
-envs or learners: the envs then start new episodes). The checkpoint is checked before Ray starts: its files
-readable, its algorithm, env and model the experiment's.
+checkpoint's, so stop criteria count the whole run. Anything else in the config may differ (a
+new learning rate, more envs or learners: the envs then start new episodes). The checkpoint is
+checked before Ray starts: its files readable, its algorithm, env and model the experiment's.
 
 ``--resume`` is Tune's: the experiment's folder (``storage_path/name``) holds its state, and
 ``Tuner.restore`` goes on with the trials that had not finished, each from its latest checkpoint

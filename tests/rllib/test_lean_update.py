@@ -156,7 +156,8 @@ def test_dqn_centres_its_advantages_as_rllib_does(actions):
     heads["af"] = MaskedHead()
     module.finite_advantages = False
     masked = type(module)._qf_forward_helper(module, {"obs": obs}, module.encoder, heads)[QF_PREDS]
-    assert torch.equal(masked, DefaultDQNTorchRLModule._qf_forward_helper(module, {"obs": obs}, module.encoder, heads)[QF_PREDS])
+    rllibs_masked = DefaultDQNTorchRLModule._qf_forward_helper(module, {"obs": obs}, module.encoder, heads)[QF_PREDS]
+    assert torch.equal(masked, rllibs_masked)
     assert masked[:, 0].eq(float("-inf")).all() and masked[:, 1:].isfinite().all()
 
 
