@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import queue
 import threading
 import time
+from pathlib import Path
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
@@ -42,6 +44,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONFIG_FILE = config_file(MAIN_JOB_FILE)
 DEFAULT_STORAGE_PATH = "results"
 DEFAULT_MAX_ITERATIONS = 200  # when the file's stop criteria set no iteration limit
+RUN_FILE = "main_job.json"  # in the job's checkpoint: its experiment file, name and stop criteria, for --resume
 EPISODE_KEYS = tuple(f"episode_{what}_{stat}" for what in ("return", "len") for stat in ("mean", "min", "max"))
 
 
@@ -196,8 +199,60 @@ def evaluates_every(config) -> int:
     return int(getattr(config, "evaluation_interval", None) or 0)
 
 
+def save_experiment(checkpoint: str, config_file, name: str, stop: dict) -> None:
+    """Write beside the checkpoint's state what ``--resume`` goes on with: the experiment file,
+    its name and the stop criteria in force (the file's, with ``--target`` and ``--max-iterations``)."""
+    with open(os.path.join(checkpoint, RUN_FILE), "w") as f:
+        json.dump({"config_file": os.path.abspath(config_file), "name": name, "stop": stop}, f, indent=2)
+
+
+def resumed_experiment(checkpoint, config_file, device, seed, num_learners) -> tuple[str, str, dict]:
+    """What a resumed run goes on with: its experiment file, name and stop criteria. Those the
+    checkpoint's run saved (``RUN_FILE``), unless ``--config-file`` names a file, whose algorithm,
+    env and networks must then be the checkpoint's (as for a checkpoint without that record,
+    checked against the main job's file). Its settings are the checkpoint's: a ``--device``,
+    ``--seed`` or ``--num-learners`` other than the checkpoint's is an error, not ignored."""
+    from rllib_gpuenv.experiments.errors import ExperimentError
+    from rllib_gpuenv.experiments.restore import check_restore
+
+    check_checkpoint_files(checkpoint)  # a damaged checkpoint is named before anything starts
+    _check_resumed_settings(checkpoint, saved_config(checkpoint), device, seed, num_learners)
+    record = Path(checkpoint) / RUN_FILE
+    if config_file is None and record.is_file():
+        saved = json.loads(record.read_text())
+        return saved["config_file"], saved["name"], saved["stop"]
+    config_file = config_file or DEFAULT_CONFIG_FILE
+    experiment = load_config(config_file)
+    try:
+        check_restore(checkpoint, experiment.config, where=str(config_file), key="--resume")
+    except ExperimentError as err:
+        raise ExperimentError(f"{err}; give its own experiment file with --config-file") from None
+    return str(config_file), experiment.name, dict(experiment.stop)
+
+
+def _check_resumed_settings(checkpoint, saved, device, seed, num_learners) -> None:
+    from rllib_gpuenv.core.devices import resolve_device
+
+    differ = []
+    if seed is not None and seed != saved.seed:
+        differ.append(f"--seed {seed} (the checkpoint's: {saved.seed})")
+    if num_learners is not None and num_learners != (saved.num_learners or 0):
+        differ.append(f"--num-learners {num_learners} (the checkpoint's: {saved.num_learners or 0})")
+    if device is not None:
+        learner = saved.learner_device or ("cuda" if saved.num_gpus_per_learner else "cpu")  # None: RLlib's choice
+        theirs = {resolve_device(saved.env_runner_device), resolve_device(learner)}
+        if theirs != {resolve_device(device)}:
+            differ.append(f"--device {device} (the checkpoint's: {', '.join(sorted(map(str, theirs)))})")
+    if differ:
+        raise ValueError(
+            f"{' and '.join(differ)} with --resume: a resumed run goes on with its checkpoint's settings; to train "
+            f"from the checkpoint with others, start a run of its experiment file from it: rllib train file FILE "
+            f"--restore {checkpoint}"
+        )
+
+
 def train(
-    config_file=DEFAULT_CONFIG_FILE,
+    config_file=None,
     device: str | None = None,
     seed: int | None = None,
     target: float | None = None,
@@ -210,28 +265,34 @@ def train(
     """Train until the stop criteria (the target return, the iteration limit); log every
     iteration; save a checkpoint. Returns where the results are. ``num_learners``: that many
     learners, each stepping the file's envs per env runner on its own device (a GPU each where
-    ``device`` is a GPU), their gradients all-reduced. ``resume``: a checkpoint of an earlier
-    run to go on from (its algorithm and settings; the file's stop criteria).
+    ``device`` is a GPU), their gradients all-reduced. ``config_file``: by default the shipped
+    main job's. ``resume``: a checkpoint of an earlier run to go on from, with its algorithm and
+    settings, and the experiment file and stop criteria it ran with (``resumed_experiment``;
+    ``target`` and ``max_iterations`` change those).
 
     Ctrl-C stops after the iteration that is running, saves the checkpoint and says how to go
     on from it; a second Ctrl-C quits at once."""
     import ray
 
-    experiment = load_config(config_file, device=device, seed=seed)
-    name, config = experiment.name, experiment.config
-    if experiment.resource_search is not None:
-        logger.warning(
-            "%s: its resource_search section is a Tune search, which `rllib train file %s` runs; this job trains the "
-            "experiment's own settings once",
-            config_file,
-            config_file,
-        )
-    if num_learners:
-        from rllib_gpuenv.core.devices import resolve_device
+    if resume is not None:
+        config_file, name, stop = resumed_experiment(resume, config_file, device, seed, num_learners)
+        config = None  # the checkpoint's
+    else:
+        config_file = config_file or DEFAULT_CONFIG_FILE
+        experiment = load_config(config_file, device=device, seed=seed)
+        name, config, stop = experiment.name, experiment.config, dict(experiment.stop)
+        if experiment.resource_search is not None:
+            logger.warning(
+                "%s: its resource_search section is a Tune search, which `rllib train file %s` runs; this job trains "
+                "the experiment's own settings once",
+                config_file,
+                config_file,
+            )
+        if num_learners:
+            from rllib_gpuenv.core.devices import resolve_device
 
-        on_gpu = resolve_device(device or "auto").type == "cuda"
-        config.devices(learner=None).learners(num_learners=num_learners, num_gpus_per_learner=1 if on_gpu else 0)
-    stop = dict(experiment.stop)
+            on_gpu = resolve_device(device or "auto").type == "cuda"
+            config.devices(learner=None).learners(num_learners=num_learners, num_gpus_per_learner=1 if on_gpu else 0)
     metric = target_metric(stop)  # the training window's return, or the evaluation's where the file stops on that
     if target is not None:
         stop[metric] = target
@@ -246,8 +307,6 @@ def train(
 
     startup = StartupTimes()
     ray_was_running = ray.is_initialized()
-    if resume is not None:
-        check_checkpoint_files(resume)  # a damaged checkpoint is named before anything starts
     if not builds_without_ray(config if resume is None else saved_config(resume)):  # remote runners or learners
         ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
         startup.done("starting Ray")
@@ -311,6 +370,7 @@ def train(
         else:
             print(f"stopped after {iterations} ({elapsed_text}) {at}, below the target {target:g}")
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
+        save_experiment(checkpoint, config_file, name, stop)
         failed = False
     finally:
         progress.close()
@@ -327,7 +387,8 @@ def train(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config-file", default=str(DEFAULT_CONFIG_FILE), help="experiment YAML (default: the shipped gpu_cartpole_ppo.yaml)"
+        "--config-file",
+        help="experiment YAML (default: the shipped gpu_cartpole_ppo.yaml; with --resume, the one the checkpoint's run ran)",
     )
     parser.add_argument("--device", help="override the device of the env runner and the learner: auto, cpu, cuda, cuda:N")
     parser.add_argument("--seed", type=options.seed, help="override the seed (0 to 2**32 - 1)")
@@ -363,7 +424,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume",
         metavar="CHECKPOINT",
-        help="go on from a checkpoint of an earlier run (its settings; the file's stop criteria), e.g. the one Ctrl-C saved",
+        help="go on from a checkpoint of an earlier run, e.g. the one Ctrl-C saved: its settings, and the experiment "
+        "file and stop criteria it ran with (--target and --max-iterations change those)",
     )
     parser.set_defaults(func=_command)
 

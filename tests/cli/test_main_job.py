@@ -288,3 +288,31 @@ def test_a_file_that_stops_on_its_evaluation_is_judged_by_it(tmp_path):
     assert run.reached_target and "reached evaluation mean return" in text and ">= -100" in text, text[-1500:]
     assert re.search(r">= -100 in [0-9.]+ s, of which evaluating [0-9.]+ s \(\d+ iterations\)", text), text[-500:]
     assert "stops at evaluation/env_runners/episode_return_mean >= -100 or training_iteration >= 300" in text
+
+
+def test_resume_goes_on_with_the_experiment_the_checkpoint_ran(tmp_path):
+    """`rllib-gpuenv train --resume CKPT` (what Ctrl-C's hint says) goes on with the experiment
+    file, name and stop criteria the checkpoint's run had, not the main job's CartPole file's; a
+    file that does not fit the checkpoint, or a setting other than the checkpoint's, is one line
+    that names the fix."""
+    from rllib_gpuenv.cli.train import RUN_FILE
+    from rllib_gpuenv.experiments.errors import ExperimentError
+
+    acrobot = config_file("gpu_acrobot_ppo.yaml")
+    with contextlib.redirect_stdout(io.StringIO()):
+        first = train(acrobot, device="cpu", seed=0, max_iterations=2, storage_path=str(tmp_path), progress_bar=False)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        train(resume=first.checkpoint, max_iterations=3, storage_path=str(tmp_path), progress_bar=False)
+    text = out.getvalue()
+    assert f"gpu-acrobot-ppo ({acrobot}): DevicePPO on GPUAcrobot-v1" in text, text[-1500:]
+    assert "stops at evaluation/env_runners/episode_return_mean >= -100 or training_iteration >= 3" in text
+    assert "stopped after 3 iterations" in text and "below the target -100" in text
+
+    with pytest.raises(ValueError, match=r"--seed 5 \(the checkpoint's: 0\) with --resume: .* --restore "):
+        train(resume=first.checkpoint, seed=5)
+    with pytest.raises(ExperimentError, match="trained on rllib_gpuenv:GPUAcrobot-v1.* with --config-file"):
+        train(config_file("gpu_cartpole_ppo.yaml"), resume=first.checkpoint)
+    os.remove(os.path.join(first.checkpoint, RUN_FILE))  # a checkpoint of another run: checked against the main job's file
+    with pytest.raises(ExperimentError, match="gpu_cartpole_ppo.yaml: --resume: .* with --config-file"):
+        train(resume=first.checkpoint)
