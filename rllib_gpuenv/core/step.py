@@ -316,14 +316,15 @@ class BoundEnv:
 
     def kernel_name(self, kernel: str, dtype: torch.dtype) -> str | None:
         """``<kernel>__<env>__<dtype>__<digest of the sources and parameters>``, or None when
-        a source cannot be read (an env defined in a notebook): then nothing is cached on disk."""
+        a source cannot be read (an env defined in a notebook, or by ``exec`` in a namespace that
+        is no module): then nothing is cached on disk."""
         digest = hashlib.sha256(repr((self.params, str(dtype))).encode())
-        modules = {
-            sys.modules[f.__module__]
-            for f in (advance, select, bits_to_uniform, tuples.load_row, bind, self.definition.step, self.definition.observe)
-        }
+        functions = [advance, select, bits_to_uniform, tuples.load_row, bind, self.definition.step, self.definition.observe]
         if self.definition.initial is not None:
-            modules.add(sys.modules[self.definition.initial.__module__])
+            functions.append(self.definition.initial)
+        modules = {sys.modules.get(f.__module__) for f in functions}
+        if None in modules:
+            return None
         for module in sorted(modules, key=lambda m: m.__name__):
             try:
                 digest.update(inspect.getsource(module).encode())

@@ -3,6 +3,7 @@ and importing the package stays light (no Ray, no numba, nothing written)."""
 
 import dataclasses
 import json
+import os
 
 import gymnasium as gym
 import pytest
@@ -11,7 +12,7 @@ from gymnasium.wrappers import RecordEpisodeStatistics
 
 from rllib_gpuenv import ENV_IDS, register_env
 from rllib_gpuenv.envs import env_definition
-from tests.helpers import run_python
+from tests.helpers import ROOT, run_python
 
 
 def test_make_vec_builds_every_env_in_a_fresh_process():
@@ -104,3 +105,24 @@ print(json.dumps([env.backend, "numba" in sys.modules, "numba.cuda" in sys.modul
     imported, written, default_env = map(json.loads, proc.stdout.strip().splitlines()[-3:])
     assert imported == [] and written == []
     assert default_env == ["numba-cpu", True, False]
+
+
+def test_an_env_defined_outside_any_module_compiles_without_a_disk_cache():
+    """The README's Reach1D, defined by ``exec`` in a bare namespace (as some tools run code): its
+    functions belong to no module, so numba-cpu's kernel cannot be cached on disk, and is
+    compiled in memory instead of failing."""
+    import re
+
+    import torch
+
+    from rllib_gpuenv import make_vector_env
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    source = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if 'id="Reach1D-v0"' in b)
+    namespace: dict = {}
+    exec(source.replace("Reach1D-v0", "Reach1DNoModule-v0"), namespace)  # noqa: S102 (the README's own code)
+    assert namespace["step"].__module__ is None
+    env = make_vector_env("Reach1DNoModule-v0", 16, backend="numba-cpu")
+    obs, _ = env.reset(seed=0)
+    obs, reward, *_ = env.step(torch.ones(16, dtype=torch.int64))
+    assert obs.shape == (16, 2) and torch.isfinite(reward).all()
