@@ -174,7 +174,10 @@ def evaluate(
     env_config = dict(config.env_config or {})
     if video is not None:
         env_config["render_mode"] = "rgb_array"
-        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # gymnasium's pygame renderer needs no sound card
+        # gymnasium's pygame renderer draws off screen here: it needs no sound card and no display
+        # (without these SDL prints errors about both on a headless machine)
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = make_device_env(config.env, episodes, torch_device, env_config)
     try:
         logger.info("evaluating %s on %s: %d episodes of %s", checkpoint, torch_device, episodes, config.env)
