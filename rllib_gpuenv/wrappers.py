@@ -1,4 +1,5 @@
-"""Device wrappers for any gymnasium env, and a device checker for envs and modules."""
+"""Device wrappers for any gymnasium env (tensors on a device; observations one-hot or rescaled for a
+network), and a device checker for envs and modules."""
 
 from __future__ import annotations
 
@@ -108,6 +109,43 @@ class RescaleObservations(VectorWrapper):
         if isinstance(info, dict) and isinstance(info.get("final_obs"), torch.Tensor):  # SAME_STEP: the real last obs
             info = {**info, "final_obs": self._rescale(info["final_obs"])}
         return self._rescale(obs), reward, terminated, truncated, info
+
+
+class OneHotObservations(VectorWrapper):
+    """``Discrete`` observations as one-hot float vectors (``MultiDiscrete``: one per component,
+    side by side), on their device: what RLlib's ``FlattenObservations`` connector gives its
+    default networks, which take ``Box`` observations only (RLlib fails to build one for
+    ``Discrete(16)``: "No default encoder config"). The device env runner applies it to such envs.
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        space = env.single_observation_space
+        if isinstance(space, gym.spaces.Discrete):
+            sizes, starts = [int(space.n)], [int(space.start)]
+        elif isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+            sizes, starts = [int(n) for n in space.nvec], [int(s) for s in space.start]
+        else:
+            raise TypeError(f"OneHotObservations needs Discrete or (flat) MultiDiscrete observations, {env} has {space}")
+        super().__init__(env)
+        self._sizes, self._starts = sizes, torch.as_tensor(starts)
+        self.single_observation_space = gym.spaces.Box(0.0, 1.0, (sum(sizes),), np.float32)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+
+    def _one_hot(self, obs: torch.Tensor) -> torch.Tensor:
+        codes = obs.reshape(obs.shape[0], -1).long() - self._starts.to(obs.device)
+        return torch.cat([torch.nn.functional.one_hot(codes[:, i], n) for i, n in enumerate(self._sizes)], dim=-1).to(
+            torch.float32
+        )
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._one_hot(obs), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if isinstance(info, dict) and isinstance(info.get("final_obs"), torch.Tensor):  # SAME_STEP: the real last obs
+            info = {**info, "final_obs": self._one_hot(info["final_obs"])}
+        return self._one_hot(obs), reward, terminated, truncated, info
 
 
 class DeviceMismatchError(RuntimeError):

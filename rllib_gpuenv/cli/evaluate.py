@@ -162,7 +162,7 @@ def evaluate(
 ) -> Evaluation:
     """Play ``episodes`` deterministic episodes of the checkpoint's policy at once; record env 0 if asked."""
     from rllib_gpuenv.core.devices import resolve_device
-    from rllib_gpuenv.rllib.env_runner import make_device_env
+    from rllib_gpuenv.rllib.env_runner import as_the_module_sees_it, make_device_env
 
     if episodes < 1:
         raise EvaluationError(f"--episodes must be at least 1, got {episodes}")
@@ -178,7 +178,7 @@ def evaluate(
         # (without these SDL prints errors about both on a headless machine)
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env = make_device_env(config.env, episodes, torch_device, env_config)
+    env = as_the_module_sees_it(make_device_env(config.env, episodes, torch_device, env_config), config)
     try:
         logger.info("evaluating %s on %s: %d episodes of %s", checkpoint, torch_device, episodes, config.env)
         obs, _ = env.reset(seed=seed)

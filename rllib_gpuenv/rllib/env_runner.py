@@ -52,7 +52,7 @@ from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.autoreset import StepReader
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.rollout_graph import RolloutGraph
-from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, RescaleObservations
+from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, OneHotObservations, RescaleObservations
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +129,19 @@ def check_prefixed_id(env_spec: str) -> None:
             f"{env_spec!r}: {module} registers no gymnasium env {name!r}, and gymnasium would use {elsewhere} instead "
             f"({origin}): name an env that {module} registers with gymnasium, or drop the '{module}:' prefix for that one"
         )
+
+
+def as_the_module_sees_it(env: gym.vector.VectorEnv, config) -> gym.vector.VectorEnv:
+    """``env`` with the observation wrappers between it and the module: ``Discrete`` observations
+    one-hot (``OneHotObservations``: RLlib's default networks take ``Box`` ones only), and
+    rescaled to [-1, 1] where the config asks (``rescale_observations``). The runner and
+    ``rllib-gpuenv evaluate`` both step their envs through it, so a checkpoint's policy is played
+    on the observations it was trained on."""
+    if isinstance(env.single_observation_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        env = OneHotObservations(env)
+    if getattr(config, "rescale_observations", False):
+        env = RescaleObservations(env)
+    return env
 
 
 def make_device_env(
@@ -271,8 +284,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             env.unwrapped.compile()  # now, while the runner is built, not in its first sample (the spaces' env: never)
         keeps_statistics = isinstance(env, DeviceEnv) or getattr(env.unwrapped, "episode_statistics", False) is True
         self._steps = StepReader(env, keeps_statistics)  # its autoreset mode; an env without one fails here
-        if getattr(config, "rescale_observations", False):
-            env = RescaleObservations(env)
+        env = as_the_module_sees_it(env, config)
         if getattr(config, "check_devices", False):
             env = CheckDevice(env, self._device)
         self.env = env

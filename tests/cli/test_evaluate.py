@@ -147,3 +147,36 @@ def test_evaluate_on_the_gpu(checkpoints, tmp_path):
     result = evaluate(checkpoints["device"], episodes=8, device="cuda", video=str(tmp_path / "gpu.mp4"))
     assert_cartpole_episodes(result, 8)
     assert result.frames == result.lengths[0] + 1
+
+
+def test_a_policy_is_played_on_the_observations_it_was_trained_on(tmp_path, monkeypatch):
+    """The runner hands the module MountainCar's observations rescaled (the shipped DQN file's
+    ``rescale_observations``) and FrozenLake's ``Discrete(16)`` ones one-hot (RLlib's default
+    networks take Box observations only); evaluate plays the checkpoint's policy on the same.
+    (It fed MountainCar's raw observations to a policy trained on rescaled ones: a checkpoint that
+    reached -102 played -200.)"""
+    from rllib_gpuenv.cli import evaluate as evaluate_module
+    from rllib_gpuenv.rllib import DeviceDQNConfig
+
+    seen = []
+    play = evaluate_module._deterministic_actions
+    monkeypatch.setattr(evaluate_module, "_deterministic_actions", lambda module, obs: seen.append(obs) or play(module, obs))
+    configs = {
+        "mountaincar": DeviceDQNConfig().environment("GPUMountainCar-v0").device_rollouts(rescale_observations=True),
+        "frozenlake": DevicePPOConfig().environment("FrozenLake-v1").training(minibatch_size=64, num_epochs=1),
+    }
+    checkpoints = {}
+    for name, config in configs.items():
+        algo = config.devices(learner="cpu", env_runners="cpu").env_runners(num_envs_per_env_runner=8).build_algo()
+        try:
+            assert algo.env_runner.env.single_observation_space.shape == {"mountaincar": (2,), "frozenlake": (16,)}[name]
+            checkpoints[name] = algo.save(str(tmp_path / name)).checkpoint.path
+        finally:
+            algo.stop()
+
+    evaluate(checkpoints["mountaincar"], episodes=16, device="cpu")
+    first = seen[0]  # the reset's: positions drawn in [-0.6, -0.4], rescaled from [-1.2, 0.6] to [-1, 1]
+    assert first.shape == (16, 2) and bool(((first[:, 0] > -0.34) & (first[:, 0] < -0.1)).all()), first
+    seen.clear()
+    result = evaluate(checkpoints["frozenlake"], episodes=4, device="cpu")
+    assert seen[0].shape == (4, 16) and torch.equal(seen[0].sum(-1), torch.ones(4)) and len(result.returns) == 4

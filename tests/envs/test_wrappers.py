@@ -1,6 +1,7 @@
 """DeviceEnv makes any gymnasium env speak tensors; CheckDevice names misplaced tensors."""
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from ray.rllib.core.columns import Columns
@@ -69,3 +70,43 @@ def test_rescale_observations_maps_finite_bounds_to_unit_range():
     assert obs[:, 1].abs().max() > 0.1  # the velocity (a few hundredths raw) now spans the unit range
     with pytest.raises(TypeError, match="needs a Box observation space"):
         RescaleObservations(gym.make_vec("Blackjack-v1", num_envs=2, vectorization_mode="sync"))
+
+
+class _Dice(gym.Env):
+    """Observations from MultiDiscrete([3, 4], start=[1, 0]): two dice, the first numbered 1 to 3."""
+
+    observation_space = gym.spaces.MultiDiscrete([3, 4], start=[1, 0])
+    action_space = gym.spaces.Discrete(2)
+
+    def _roll(self):
+        return np.array([self.np_random.integers(1, 4), self.np_random.integers(0, 4)])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._roll(), {}
+
+    def step(self, action):
+        return self._roll(), 0.0, False, False, {}
+
+
+def test_one_hot_observations_encode_discrete_and_multi_discrete_ones():
+    from rllib_gpuenv.wrappers import OneHotObservations
+
+    base = DeviceEnv(gym.make_vec("FrozenLake-v1", num_envs=3, vectorization_mode="sync"), "cpu")
+    env = OneHotObservations(base)
+    obs, _ = env.reset(seed=0)
+    assert env.single_observation_space == gym.spaces.Box(0.0, 1.0, (16,), "float32") and obs.shape == (3, 16)
+    assert torch.equal(obs.argmax(-1), torch.zeros(3, dtype=torch.long)) and torch.equal(obs.sum(-1), torch.ones(3))
+    obs, *_ = env.step(torch.full((3,), 2))  # right: from cell 0 to cell 1 unless the ice slips
+    assert torch.equal(obs.sum(-1), torch.ones(3)) and obs.dtype == torch.float32
+
+    dice = DeviceEnv(gym.vector.SyncVectorEnv([_Dice] * 5), "cpu")
+    raw, _ = dice.reset(seed=1)
+    dice.reset(seed=1)
+    encoded, _ = OneHotObservations(dice).reset(seed=1)
+    assert encoded.shape == (5, 7)
+    assert torch.equal(encoded[:, :3].argmax(-1), raw[:, 0].long() - 1) and torch.equal(
+        encoded[:, 3:].argmax(-1), raw[:, 1].long()
+    )
+    with pytest.raises(TypeError, match="needs Discrete or"):
+        OneHotObservations(CartPoleVectorEnv(2, device="cpu"))  # Box observations
