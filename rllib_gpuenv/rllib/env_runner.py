@@ -206,7 +206,14 @@ def bring_your_own_env(
     elif callable(env_spec) and not isinstance(env_spec, str):
         env = env_spec({**env_config, "num_envs": num_envs, "device": str(device)})
     elif isinstance(env_spec, str):
-        spec = gym.spec(env_spec.split(":", 1)[-1])  # a "module:" prefix: make_device_env imported the module
+        try:
+            spec = gym.spec(env_spec.split(":", 1)[-1])  # a "module:" prefix: make_device_env imported the module
+        except gym.error.Error as err:  # no such id (gymnasium's message suggests a near one)
+            raise ValueError(
+                f"env {env_spec!r}: {err} It is no gymnasium id, nor a tune.register_env name in this process (such a "
+                "name lasts only in the process that registered it: to use the env from a command, register it with "
+                "gymnasium in a module of yours and give its id as 'your_module:YourEnv-v0', which is imported first)"
+            ) from None
         mode = str(getattr(vectorize_mode, "value", vectorize_mode)).lower()
         if spec.vector_entry_point is None or (spec.entry_point is not None and mode != "vector_entry_point"):
             return None

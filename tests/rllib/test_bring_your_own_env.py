@@ -226,6 +226,18 @@ def test_a_prefix_names_the_library_the_id_must_come_from(env_id, message):
         check_prefixed_id(env_id)
 
 
+def test_an_unknown_env_name_says_where_names_live():
+    """A ``tune.register_env`` name lives in the process that registered it: `rllib-gpuenv evaluate`
+    of such a checkpoint, in a process of its own, gets one line that says so and how to name
+    the env instead (gymnasium's own message, with its suggestion, first)."""
+    import torch
+
+    from rllib_gpuenv.rllib.env_runner import make_device_env
+
+    with pytest.raises(ValueError, match=r"^env 'my_pendulum': Environment `my_pendulum` doesn't exist\. .* 'your_module:"):
+        make_device_env("my_pendulum", 2, torch.device("cpu"), {})
+
+
 def test_a_newly_imported_module_must_register_the_id_itself(tmp_path, monkeypatch):
     """Importing ``fresh_module`` registers nothing, so ``ScriptedNextStep-v0`` would be the one
     ``scripted_envs`` registered: an error naming the module, not a silent fall-back."""
