@@ -162,6 +162,7 @@ def evaluate(
 ) -> Evaluation:
     """Play ``episodes`` deterministic episodes of the checkpoint's policy at once; record env 0 if asked."""
     from rllib_gpuenv.core.devices import resolve_device
+    from rllib_gpuenv.jax_envs import is_jax_id
     from rllib_gpuenv.rllib.env_runner import as_the_module_sees_it, make_device_env
 
     if episodes < 1:
@@ -170,6 +171,11 @@ def evaluate(
         raise EvaluationError(f"--video {video}: the file must end in {' or '.join(VIDEO_SUFFIXES)}")
     torch_device = resolve_device(device)
     config, module = load_checkpoint(checkpoint)
+    if video is not None and is_jax_id(config.env):
+        raise EvaluationError(
+            f"--video: {config.env} is a JAX env (gymnax's or Brax's), which has no rgb_array renderer to record: "
+            "evaluate it without --video"
+        )
     module = module.to(torch_device).eval()
     env_config = dict(config.env_config or {})
     if video is not None:

@@ -180,3 +180,18 @@ def test_a_policy_is_played_on_the_observations_it_was_trained_on(tmp_path, monk
     seen.clear()
     result = evaluate(checkpoints["frozenlake"], episodes=4, device="cpu")
     assert seen[0].shape == (4, 16) and torch.equal(seen[0].sum(-1), torch.ones(4)) and len(result.returns) == 4
+
+
+def test_a_jax_env_s_video_is_refused_in_one_line(tmp_path):
+    """gymnax's and Brax's envs have no rgb_array renderer: --video says so, not that render_mode
+    is no field of gymnax's params."""
+    pytest.importorskip("gymnax")
+    config = DevicePPOConfig().environment("gymnax:CartPole-v1").devices(learner="cpu", env_runners="cpu")
+    algo = config.env_runners(num_envs_per_env_runner=4).training(minibatch_size=64).build_algo()
+    try:
+        path = algo.save(str(tmp_path / "gymnax")).checkpoint.path
+    finally:
+        algo.stop()
+    with pytest.raises(EvaluationError, match=r"^--video: gymnax:CartPole-v1 is a JAX env .* evaluate it without --video$"):
+        evaluate(path, episodes=2, device="cpu", video=str(tmp_path / "x.gif"))
+    assert len(evaluate(path, episodes=2, device="cpu").returns) == 2
