@@ -10,8 +10,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.spaces import Dict, Tuple
 from gymnasium.vector import VectorWrapper
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, iterate
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from rllib_gpuenv.core.devices import resolve_device
@@ -26,7 +27,9 @@ class DeviceEnv(VectorWrapper):
     tensors there (they are copied to the host for the wrapped env). Episode returns and
     lengths are recorded with gymnasium's ``RecordEpisodeStatistics`` and handed over as
     tensors too, so the device env runner can train any gymnasium env. Each step costs one
-    host→device copy of the results and one device→host copy of the actions.
+    host→device copy of the results and one device→host copy of the actions. ``Tuple`` and
+    ``Dict`` observations, which no single tensor holds, arrive flattened by gymnasium's
+    ``spaces.flatten`` (``Discrete`` parts one-hot, ``Box`` parts as they are, side by side).
     """
 
     def __init__(self, env: gym.vector.VectorEnv, device: str | torch.device = "auto"):
@@ -34,13 +37,25 @@ class DeviceEnv(VectorWrapper):
             raise TypeError(f"DeviceEnv wraps a gymnasium VectorEnv (e.g. gym.make_vec(...)), got {type(env).__name__}")
         super().__init__(RecordEpisodeStatistics(env))
         self.device = resolve_device(device)
+        self._structured = env.single_observation_space if isinstance(env.single_observation_space, (Tuple, Dict)) else None
+        if self._structured is not None:
+            flat = gym.spaces.flatten_space(self._structured)
+            low, high = flat.low.astype(np.float32), flat.high.astype(np.float32)
+            self.single_observation_space = gym.spaces.Box(low, high, flat.shape, np.float32)
+            self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 
     def _tensor(self, array, dtype=None) -> torch.Tensor:
         return torch.as_tensor(np.asarray(array), dtype=dtype).to(self.device, non_blocking=True)
 
+    def _observations(self, obs) -> torch.Tensor:
+        if self._structured is not None:
+            each = iterate(self.env.observation_space, obs)
+            obs = np.stack([gym.spaces.flatten(self._structured, one) for one in each])
+        return self._tensor(obs, torch.float32)
+
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
-        return self._tensor(obs, torch.float32), info
+        return self._observations(obs), info
 
     def step(self, actions):
         if isinstance(actions, torch.Tensor):
@@ -56,7 +71,7 @@ class DeviceEnv(VectorWrapper):
                 "_episode": self._tensor(info["_episode"], torch.bool),
             }
         return (
-            self._tensor(obs, torch.float32),
+            self._observations(obs),
             self._tensor(reward, torch.float32),
             self._tensor(terminated, torch.bool),
             self._tensor(truncated, torch.bool),

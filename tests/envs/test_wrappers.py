@@ -110,3 +110,37 @@ def test_one_hot_observations_encode_discrete_and_multi_discrete_ones():
     )
     with pytest.raises(TypeError, match="needs Discrete or"):
         OneHotObservations(CartPoleVectorEnv(2, device="cpu"))  # Box observations
+
+
+class _Goal(gym.Env):
+    """Dict observations, as goal-conditioned envs have them: a Box position and a Discrete goal."""
+
+    observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-1.0, 1.0, (2,)), "goal": gym.spaces.Discrete(3)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"position": self.np_random.uniform(-1, 1, 2).astype(np.float32), "goal": 2}, {}
+
+    def step(self, action):
+        return self.reset()[0], 0.0, False, False, {}
+
+
+def test_device_env_flattens_tuple_and_dict_observations():
+    """Blackjack's Tuple(Discrete(32), Discrete(11), Discrete(2)) and a Dict of a Box and a
+    Discrete: one float tensor per step, flattened as gymnasium's ``spaces.flatten`` does."""
+    blackjack = DeviceEnv(gym.make_vec("Blackjack-v1", num_envs=4, vectorization_mode="sync"), "cpu")
+    plain = gym.make_vec("Blackjack-v1", num_envs=4, vectorization_mode="sync")
+    obs, _ = blackjack.reset(seed=3)
+    (player, dealer, ace), _ = plain.reset(seed=3)
+    assert blackjack.single_observation_space == gym.spaces.Box(0.0, 1.0, (45,), np.float32) and obs.shape == (4, 45)
+    for i in range(4):
+        assert obs[i].nonzero().flatten().tolist() == [player[i], 32 + dealer[i], 43 + ace[i]]
+    obs, *_ = blackjack.step(torch.zeros(4, dtype=torch.int64))  # stick: the episodes end
+    assert obs.shape == (4, 45) and obs.dtype == torch.float32
+
+    goal = DeviceEnv(gym.vector.SyncVectorEnv([_Goal] * 2), "cpu")
+    obs, _ = goal.reset(seed=0)
+    assert goal.single_observation_space.shape == (5,) and obs.shape == (2, 5)
+    assert torch.equal(obs[:, :3], torch.tensor([[0.0, 0.0, 1.0]] * 2))  # Dict keys sorted: "goal" (one-hot) first
+    assert bool((obs[:, 3:].abs() <= 1).all())
