@@ -21,6 +21,7 @@ import importlib
 import inspect
 import logging
 import math
+import os
 import sys
 
 import gymnasium as gym
@@ -107,9 +108,12 @@ def check_prefixed_id(env_spec: str) -> None:
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as err:
-        raise ValueError(
-            f"{env_spec!r}: no module {err.name!r} to import (install it, or drop the '{module}:' prefix)"
-        ) from None
+        file = f"{err.name.replace('.', os.sep)}.py"
+        if os.path.exists(file) and "" not in sys.path and os.getcwd() not in sys.path:  # a console script's sys.path
+            fix = f"{file} is in this folder, which a command does not search: run it with PYTHONPATH=."
+        else:
+            fix = f"install it, put its folder on PYTHONPATH, or drop the '{module}:' prefix"
+        raise ValueError(f"{env_spec!r}: no module {err.name!r} to import: {fix}") from None
     spec = gym.registry.get(name)
     if spec is None:
         raise ValueError(f"{env_spec!r}: importing {module} registered no gymnasium env {name!r}") from None

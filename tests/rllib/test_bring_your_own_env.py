@@ -6,6 +6,8 @@ on such an env end to end is ``examples/torch_vector_env.py``'s test (tests/test
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from ray import tune
@@ -236,6 +238,20 @@ def test_an_unknown_env_name_says_where_names_live():
 
     with pytest.raises(ValueError, match=r"^env 'my_pendulum': Environment `my_pendulum` doesn't exist\. .* 'your_module:"):
         make_device_env("my_pendulum", 2, torch.device("cpu"), {})
+
+
+def test_a_module_in_the_folder_a_command_runs_from_is_named_with_the_fix(tmp_path, monkeypatch):
+    """A console script (`rllib-gpuenv evaluate`) does not search the folder it runs from, where
+    the user's env module often is: the error says so and how to run it."""
+    (tmp_path / "knobs_env.py").write_text("X = 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(
+        ValueError, match=r"no module 'knobs_env' to import: knobs_env.py is in this folder, .* PYTHONPATH=\.$"
+    ):
+        check_prefixed_id("knobs_env:Knobs-v0")
+    with pytest.raises(ValueError, match=r"no module 'elsewhere_env' to import: install it, put its folder on PYTHONPATH"):
+        check_prefixed_id("elsewhere_env:Knobs-v0")
 
 
 def test_a_newly_imported_module_must_register_the_id_itself(tmp_path, monkeypatch):
