@@ -21,6 +21,8 @@ by itself, and a Tune-registered creator would be called once per sub-env under 
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -88,6 +90,19 @@ def make_single_env(*, env_id: str, render_mode: str | None = None, **params: An
             )
         setattr(env, name, value)
     return env
+
+
+def unimportable_prefix(env_id: str, module: str, err: ImportError) -> str:
+    """Why the module of a ``"module:Env-v0"`` id cannot be imported, and the fix. A console
+    script (``rllib-gpuenv``, ``rllib``) does not search the folder it runs from, where a user's
+    env module often is: that case names ``PYTHONPATH=.``."""
+    missing = getattr(err, "name", None) or module
+    file = f"{missing.replace('.', os.sep)}.py"
+    if os.path.exists(file) and "" not in sys.path and os.getcwd() not in sys.path:
+        fix = f"{file} is in this folder, which a command does not search: run it with PYTHONPATH=."
+    else:
+        fix = f"install it, put its folder on PYTHONPATH, or drop the '{module}:' prefix"
+    return f"{env_id!r}: no module {missing!r} to import: {fix}"
 
 
 def register_env(definition: EnvDef) -> None:

@@ -82,10 +82,12 @@ def check_env(env: Any, where: str) -> None:
     if module:
         try:
             importlib.import_module(module)
-        except ImportError as err:
-            raise key_error(
-                where, "env", f"{env!r}: cannot import {module!r} ({err}); install it or drop the '{module}:' prefix"
-            ) from None
+        except ModuleNotFoundError as err:
+            from rllib_gpuenv.registration import unimportable_prefix
+
+            raise key_error(where, "env", unimportable_prefix(env, module, err)) from None
+        except ImportError as err:  # the module is there but fails to import
+            raise key_error(where, "env", f"{env!r}: cannot import {module!r} ({err})") from None
     else:
         importlib.import_module(PACKAGE)
     try:

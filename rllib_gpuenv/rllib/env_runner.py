@@ -21,7 +21,6 @@ import importlib
 import inspect
 import logging
 import math
-import os
 import sys
 
 import gymnasium as gym
@@ -49,6 +48,7 @@ from rllib_gpuenv.core.devices import resolve_device
 from rllib_gpuenv.envs import GPUVectorEnv, env_definition, make_vector_env
 from rllib_gpuenv.jax_envs import check_jax_id, is_jax_id, make_jax_env
 from rllib_gpuenv.jax_envs.vector_env import JaxVectorEnv
+from rllib_gpuenv.registration import unimportable_prefix
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.autoreset import StepReader
 from rllib_gpuenv.rllib.rollout import Rollout
@@ -108,12 +108,7 @@ def check_prefixed_id(env_spec: str) -> None:
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as err:
-        file = f"{err.name.replace('.', os.sep)}.py"
-        if os.path.exists(file) and "" not in sys.path and os.getcwd() not in sys.path:  # a console script's sys.path
-            fix = f"{file} is in this folder, which a command does not search: run it with PYTHONPATH=."
-        else:
-            fix = f"install it, put its folder on PYTHONPATH, or drop the '{module}:' prefix"
-        raise ValueError(f"{env_spec!r}: no module {err.name!r} to import: {fix}") from None
+        raise ValueError(unimportable_prefix(env_spec, module, err)) from None
     spec = gym.registry.get(name)
     if spec is None:
         raise ValueError(f"{env_spec!r}: importing {module} registered no gymnasium env {name!r}") from None

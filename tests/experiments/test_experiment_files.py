@@ -180,6 +180,11 @@ STOP = "stop: {training_iteration: 1}"
             r"exp.yaml: experiment 'x': env: unknown env 'CartPoel-v1'; did you mean CartPole-v1",
         ),
         (
+            f"x: {{run: PPO, env: 'no_such_module_x:Knobs-v0', {STOP}}}",
+            r"exp.yaml: experiment 'x': env: 'no_such_module_x:Knobs-v0': no module 'no_such_module_x' to import: "
+            r"install it, put its folder on PYTHONPATH, or drop the 'no_such_module_x:' prefix$",
+        ),
+        (
             f"x: {{run: PPO, env: Pendulum-v0, {STOP}}}",
             r"exp.yaml: experiment 'x': env: Environment version v0 for `Pendulum` is deprecated. Please use `Pendulum-v1`",
         ),
