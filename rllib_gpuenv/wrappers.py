@@ -79,7 +79,26 @@ class DeviceEnv(VectorWrapper):
         )
 
 
-class RescaleObservations(VectorWrapper):
+class ObservationTransform(VectorWrapper):
+    """A change of a tensor env's observations (``observations``), applied to those of ``reset``
+    and ``step`` and to the real final ones a SAME_STEP env hands over in ``info["final_obs"]``:
+    gymnasium's ``VectorObservationWrapper`` takes NEXT_STEP and DISABLED envs only."""
+
+    def observations(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self.observations(obs), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if isinstance(info, dict) and isinstance(info.get("final_obs"), torch.Tensor):  # SAME_STEP: the real last obs
+            info = {**info, "final_obs": self.observations(info["final_obs"])}
+        return self.observations(obs), reward, terminated, truncated, info
+
+
+class RescaleObservations(ObservationTransform):
     """Observations rescaled from their space's finite bounds to [-1, 1], on their device;
     components without finite bounds pass through unchanged.
 
@@ -110,23 +129,13 @@ class RescaleObservations(VectorWrapper):
         )
         self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 
-    def _rescale(self, obs: torch.Tensor) -> torch.Tensor:
+    def observations(self, obs: torch.Tensor) -> torch.Tensor:
         if self._scale.device != obs.device:
             self._scale, self._center = self._scale.to(obs.device), self._center.to(obs.device)
         return (obs - self._center) * self._scale
 
-    def reset(self, *, seed=None, options=None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self._rescale(obs), info
 
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        if isinstance(info, dict) and isinstance(info.get("final_obs"), torch.Tensor):  # SAME_STEP: the real last obs
-            info = {**info, "final_obs": self._rescale(info["final_obs"])}
-        return self._rescale(obs), reward, terminated, truncated, info
-
-
-class OneHotObservations(VectorWrapper):
+class OneHotObservations(ObservationTransform):
     """``Discrete`` observations as one-hot float vectors (``MultiDiscrete``: one per component,
     side by side), on their device: what RLlib's ``FlattenObservations`` connector gives its
     default networks, which take ``Box`` observations only (RLlib fails to build one for
@@ -146,21 +155,11 @@ class OneHotObservations(VectorWrapper):
         self.single_observation_space = gym.spaces.Box(0.0, 1.0, (sum(sizes),), np.float32)
         self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 
-    def _one_hot(self, obs: torch.Tensor) -> torch.Tensor:
+    def observations(self, obs: torch.Tensor) -> torch.Tensor:
         codes = obs.reshape(obs.shape[0], -1).long() - self._starts.to(obs.device)
         return torch.cat([torch.nn.functional.one_hot(codes[:, i], n) for i, n in enumerate(self._sizes)], dim=-1).to(
             torch.float32
         )
-
-    def reset(self, *, seed=None, options=None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self._one_hot(obs), info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        if isinstance(info, dict) and isinstance(info.get("final_obs"), torch.Tensor):  # SAME_STEP: the real last obs
-            info = {**info, "final_obs": self._one_hot(info["final_obs"])}
-        return self._one_hot(obs), reward, terminated, truncated, info
 
 
 class DeviceMismatchError(RuntimeError):
