@@ -239,10 +239,17 @@ def _check_resumed_settings(checkpoint, saved, device, seed, num_learners) -> No
     if num_learners is not None and num_learners != (saved.num_learners or 0):
         differ.append(f"--num-learners {num_learners} (the checkpoint's: {saved.num_learners or 0})")
     if device is not None:
+
+        def resolved(name) -> str:  # a GPU the checkpoint used but this machine lacks stays named as it was
+            try:
+                return str(resolve_device(name))
+            except ValueError:
+                return str(name)
+
         learner = saved.learner_device or ("cuda" if saved.num_gpus_per_learner else "cpu")  # None: RLlib's choice
-        theirs = {resolve_device(saved.env_runner_device), resolve_device(learner)}
-        if theirs != {resolve_device(device)}:
-            differ.append(f"--device {device} (the checkpoint's: {', '.join(sorted(map(str, theirs)))})")
+        theirs = {resolved(saved.env_runner_device), resolved(learner)}
+        if theirs != {str(resolve_device(device))}:
+            differ.append(f"--device {device} (the checkpoint's: {', '.join(sorted(theirs))})")
     if differ:
         raise ValueError(
             f"{' and '.join(differ)} with --resume: a resumed run goes on with its checkpoint's settings; to train "
