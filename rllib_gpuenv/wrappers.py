@@ -151,15 +151,19 @@ class OneHotObservations(ObservationTransform):
         else:
             raise TypeError(f"OneHotObservations needs Discrete or (flat) MultiDiscrete observations, {env} has {space}")
         super().__init__(env)
-        self._sizes, self._starts = sizes, torch.as_tensor(starts)
+        # Output column j is 1 where component ``_component[j]`` holds the value ``_value[j]``: one
+        # gather and one comparison a step for all components, on tensors kept on the device
+        # (``F.one_hot`` takes one call per component and a ``cat``).
+        counts = torch.tensor(sizes)
+        self._component = torch.repeat_interleave(torch.arange(len(sizes)), counts)
+        self._value = torch.cat([torch.arange(n) for n in sizes]) + torch.tensor(starts).repeat_interleave(counts)
         self.single_observation_space = gym.spaces.Box(0.0, 1.0, (sum(sizes),), np.float32)
         self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
-        codes = obs.reshape(obs.shape[0], -1).long() - self._starts.to(obs.device)
-        return torch.cat([torch.nn.functional.one_hot(codes[:, i], n) for i, n in enumerate(self._sizes)], dim=-1).to(
-            torch.float32
-        )
+        if self._value.device != obs.device:  # once: the columns' tensors live where the observations do
+            self._component, self._value = self._component.to(obs.device), self._value.to(obs.device)
+        return (obs.reshape(obs.shape[0], -1)[:, self._component] == self._value).to(torch.float32)
 
 
 class DeviceMismatchError(RuntimeError):
