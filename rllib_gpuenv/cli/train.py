@@ -36,7 +36,7 @@ from rllib_gpuenv.experiments.progress import (
 )
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
-from rllib_gpuenv.rllib.checkpointing import check_checkpoint_files, saved_config
+from rllib_gpuenv.rllib.checkpointing import ResumesExactly, check_checkpoint_files, saved_config
 from rllib_gpuenv.rllib.in_process import builds_without_ray
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONFIG_FILE = config_file(MAIN_JOB_FILE)
 DEFAULT_STORAGE_PATH = "results"
 DEFAULT_MAX_ITERATIONS = 200  # when the file's stop criteria set no iteration limit
-RUN_FILE = "main_job.json"  # in the job's checkpoint: its experiment file, name and stop criteria, for --resume
+RUN_FILE = "main_job.json"  # in the job's checkpoint: its experiment file, name, stop criteria and clocks, for --resume
 EPISODE_KEYS = tuple(f"episode_{what}_{stat}" for what in ("return", "len") for stat in ("mean", "min", "max"))
 
 
@@ -199,11 +199,27 @@ def evaluates_every(config) -> int:
     return int(getattr(config, "evaluation_interval", None) or 0)
 
 
-def save_experiment(checkpoint: str, config_file, name: str, stop: dict) -> None:
+def save_experiment(checkpoint: str, config_file, name: str, stop: dict, algo) -> None:
     """Write beside the checkpoint's state what ``--resume`` goes on with: the experiment file,
-    its name and the stop criteria in force (the file's, with ``--target`` and ``--max-iterations``)."""
+    its name, the stop criteria in force (the file's, with ``--target`` and ``--max-iterations``)
+    and the run's clocks, which RLlib's own algorithms do not keep (``restore_clocks``)."""
+    clocks = {"time_total_s": algo._time_total, "evaluation_time_total_s": getattr(algo, "evaluation_time_total_s", 0.0)}
     with open(os.path.join(checkpoint, RUN_FILE), "w") as f:
-        json.dump({"config_file": os.path.abspath(config_file), "name": name, "stop": stop}, f, indent=2)
+        json.dump({"config_file": os.path.abspath(config_file), "name": name, "stop": stop, "clocks": clocks}, f, indent=2)
+
+
+def restore_clocks(algo, checkpoint) -> None:
+    """Seconds trained and evaluated before a resume, for an algorithm whose checkpoint does not
+    keep them: ``Algorithm.from_checkpoint`` starts RLlib's own (a stock PPO's) at 0, and the run's
+    summary would give only the resumed part's time. The device algorithms keep their own
+    (``rllib.checkpointing.ResumesExactly``)."""
+    record = Path(checkpoint) / RUN_FILE
+    if isinstance(algo, ResumesExactly) or not record.is_file():
+        return
+    clocks = json.loads(record.read_text()).get("clocks")
+    if clocks:
+        algo._time_total = clocks["time_total_s"]
+        algo.evaluation_time_total_s = clocks["evaluation_time_total_s"]
 
 
 def resumed_experiment(checkpoint, config_file, device, seed, num_learners) -> tuple[str, str, dict]:
@@ -246,8 +262,9 @@ def _check_resumed_settings(checkpoint, saved, device, seed, num_learners) -> No
             except ValueError:
                 return str(name)
 
-        learner = saved.learner_device or ("cuda" if saved.num_gpus_per_learner else "cpu")  # None: RLlib's choice
-        theirs = {resolved(saved.env_runner_device), resolved(learner)}
+        learner = getattr(saved, "learner_device", None) or ("cuda" if saved.num_gpus_per_learner else "cpu")  # None: RLlib's
+        runners = getattr(saved, "env_runner_device", "cpu")  # RLlib's own runners step on the CPU
+        theirs = {resolved(runners), resolved(learner)}
         if theirs != {str(resolve_device(device))}:
             differ.append(f"--device {device} (the checkpoint's: {', '.join(sorted(theirs))})")
     if differ:
@@ -299,7 +316,9 @@ def train(
             from rllib_gpuenv.core.devices import resolve_device
 
             on_gpu = resolve_device(device or "auto").type == "cuda"
-            config.devices(learner=None).learners(num_learners=num_learners, num_gpus_per_learner=1 if on_gpu else 0)
+            if hasattr(config, "devices"):
+                config.devices(learner=None)  # Ray gives remote learners their devices
+            config.learners(num_learners=num_learners, num_gpus_per_learner=1 if on_gpu else 0)
     metric = target_metric(stop)  # the training window's return, or the evaluation's where the file stops on that
     if target is not None:
         stop[metric] = target
@@ -321,6 +340,7 @@ def train(
         from ray.rllib.algorithms.algorithm import Algorithm
 
         algo = Algorithm.from_checkpoint(os.path.abspath(resume))
+        restore_clocks(algo, resume)
         config = algo.config
         print(f"resuming {resume} at iteration {algo.iteration}")
     else:
@@ -377,7 +397,7 @@ def train(
         else:
             print(f"stopped after {iterations} ({elapsed_text}) {at}, below the target {target:g}")
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
-        save_experiment(checkpoint, config_file, name, stop)
+        save_experiment(checkpoint, config_file, name, stop, algo)
         failed = False
     finally:
         progress.close()

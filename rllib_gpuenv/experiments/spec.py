@@ -257,10 +257,27 @@ def load_config(path: str | os.PathLike | None = None, device: str | None = None
     every role and the seed overridden."""
     experiment = load_experiments(config_file(MAIN_JOB_FILE) if path is None else path)[0]
     if device is not None:
-        experiment.config.devices(learner=device, env_runners=device)
+        put_on_device(experiment.config, device)
     if seed is not None:
         experiment.config.debugging(seed=seed)
     return experiment
+
+
+def put_on_device(config, device: str) -> None:
+    """Every role of ``config`` on ``device`` (``auto``, ``cpu``, ``cuda[:N]``). A device
+    algorithm's env runners and learner (``devices``); for RLlib's own algorithms, whose env
+    runners step their envs on the CPU, the learner: RLlib's ``num_gpus_per_learner`` and
+    ``local_gpu_idx``. A GPU this machine lacks is an error here, as on the device path."""
+    if hasattr(config, "devices"):
+        config.devices(learner=device, env_runners=device)
+        return
+    from rllib_gpuenv.core.devices import resolve_device
+
+    resolved = resolve_device(device)
+    if resolved.type == "cuda":
+        config.learners(num_gpus_per_learner=1, local_gpu_idx=resolved.index)
+    else:
+        config.learners(num_gpus_per_learner=0)
 
 
 def cartpole_config(device: str | None = None, seed: int | None = None):

@@ -316,3 +316,27 @@ def test_resume_goes_on_with_the_experiment_the_checkpoint_ran(tmp_path):
     os.remove(os.path.join(first.checkpoint, RUN_FILE))  # a checkpoint of another run: checked against the main job's file
     with pytest.raises(ExperimentError, match="gpu_cartpole_ppo.yaml: --resume: .* with --config-file"):
         train(resume=first.checkpoint)
+
+
+def test_a_stock_rllib_file_takes_device_and_resumes_with_its_clocks(tmp_path):
+    """RLlib's own PPO (the stock-runner file): `--device cpu` puts its learner on the CPU
+    (RLlib's `num_gpus_per_learner`; it was an AttributeError), and `--resume` goes on counting
+    the seconds of the run it resumes (RLlib's `from_checkpoint` starts them at 0; the job keeps
+    them in its checkpoint), where a device algorithm's checkpoint keeps its own."""
+    stock = config_file("gpu_cartpole_stock_runner.yaml")
+    with contextlib.redirect_stdout(io.StringIO()):
+        first = train(stock, device="cpu", seed=0, max_iterations=2, storage_path=str(tmp_path / "a"), progress_bar=False)
+        second = train(resume=first.checkpoint, device="cpu", max_iterations=3, storage_path=str(tmp_path / "b"))
+
+    def seconds(run) -> list[float]:
+        with open(os.path.join(run.directory, "progress.csv")) as f:
+            return [float(row["time_total_s"]) for row in csv.DictReader(f)]
+
+    before, after = seconds(first), seconds(second)
+    assert len(before) == 2 and len(after) == 1
+    assert after[0] > before[-1] > 0, (before, after)
+    import torch
+
+    if not torch.cuda.is_available():  # a GPU the machine lacks: the device path's one line, before anything starts
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            train(stock, device="cuda:0", max_iterations=1, storage_path=str(tmp_path / "c"))
