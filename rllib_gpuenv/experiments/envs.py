@@ -91,12 +91,14 @@ def check_env(env: Any, where: str) -> None:
     else:
         importlib.import_module(PACKAGE)
     try:
-        gym.spec(name)
-        return
+        spec = gym.spec(name)
     except gym.error.DeprecatedEnv as err:
         raise key_error(where, "env", one_line(err)) from None
     except (gym.error.Error, ModuleNotFoundError, ImportError):
-        pass
+        spec = None
+    if spec is not None:
+        check_entry_points(spec, env, where)
+        return
     if not module:
         from ray.tune.registry import ENV_CREATOR, _global_registry
 
@@ -114,6 +116,22 @@ def check_env(env: Any, where: str) -> None:
     close = difflib.get_close_matches(name, list(gym.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; register it with gymnasium or ray.tune.register_env"
     raise key_error(where, "env", f"unknown env {env!r}{hint}")
+
+
+def check_entry_points(spec: Any, env: str, where: str) -> None:
+    """Import the code of a registered gymnasium id, so that an env whose extra is missing
+    (``LunarLander-v3`` without Box2D) is one line now, not a traceback from a trial."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    for entry_point in (spec.entry_point, spec.vector_entry_point):
+        if isinstance(entry_point, str):
+            try:
+                load_env_creator(entry_point)
+            except gym.error.DependencyNotInstalled as err:
+                raise key_error(where, "env", f"{env!r}: {one_line(err)}") from None
+            except (ImportError, AttributeError) as err:
+                raise key_error(where, "env", f"{env!r}: cannot load its entry point {entry_point!r} ({one_line(err)})") from None
 
 
 OLD_EXAMPLE_ENVS = "ray.rllib.examples.env."  # RLlib's example env classes before Ray 2.10

@@ -574,3 +574,24 @@ def test_an_error_while_a_python_file_runs_names_the_file_and_line(tmp_path):
     assert line.startswith(f"{path}:4: ValueError: `rollouts` has been deprecated. Use `AlgorithmConfig.env_runners(..)`"), (
         line
     )
+
+
+def test_a_gymnasium_env_whose_extra_is_missing_is_named_before_ray_starts(tmp_path, monkeypatch):
+    """A registered id whose code needs a library that is not installed (as `LunarLander-v3`
+    needs Box2D) is one line from the file check, gymnasium's install hint in it, where it was a
+    traceback from inside a trial."""
+    (tmp_path / "needs_extra_x.py").write_text(
+        "from gymnasium.error import DependencyNotInstalled\n"
+        "raise DependencyNotInstalled('Foo is not installed, run `pip install foo`')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gym.register("NeedsExtraX-v0", entry_point="needs_extra_x:Env")
+    try:
+        path = write(tmp_path, f"x: {{run: DevicePPO, env: NeedsExtraX-v0, {STOP}}}")
+        with pytest.raises(
+            ExperimentError,
+            match=r"exp.yaml: experiment 'x': env: 'NeedsExtraX-v0': Foo is not installed, run `pip install foo`$",
+        ):
+            load_experiments(path)
+    finally:
+        del gym.registry["NeedsExtraX-v0"]
