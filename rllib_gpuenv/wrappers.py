@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.spaces import Dict, Tuple
+from gymnasium.spaces import Box, Dict, MultiBinary, MultiDiscrete, Tuple
 from gymnasium.vector import VectorWrapper
 from gymnasium.vector.utils import batch_space, iterate
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
@@ -60,7 +60,7 @@ class DeviceEnv(VectorWrapper):
     def step(self, actions):
         if isinstance(actions, torch.Tensor):
             actions = actions.detach().cpu().numpy()
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step(self._checked(actions))
         out = {}
         if "episode" in info:
             out = {
@@ -77,6 +77,31 @@ class DeviceEnv(VectorWrapper):
             self._tensor(truncated, torch.bool),
             out,
         )
+
+
+    def _checked(self, actions):
+        """Actions of the wrong shape, kind or range, named as the suite's envs name them: a
+        wrapped env would fail deep inside (``CartPole``'s ``array([0, 1]) invalid``) or, for a
+        batch that is too short, step only some of its envs. Box actions out of their bounds
+        pass: gymnasium's envs clip them."""
+        space = self.action_space
+        if not isinstance(space, (Box, MultiDiscrete, MultiBinary)):  # Tuple, Dict, ...: the env's own checks
+            return actions
+        array = np.asarray(actions)
+        one = f"one {self.single_action_space} action per env"
+        if array.shape != space.shape:
+            raise ValueError(f"actions must have shape {space.shape}, {one}, got {array.shape}")
+        if isinstance(space, Box):
+            if array.dtype.kind != "f":
+                raise TypeError(f"actions must be floats ({one}), got dtype {array.dtype}: cast them with .float()")
+            if np.isnan(array).any():
+                raise ValueError(f"actions contain NaN ({one}): {array.flatten()[:8].tolist()}")
+            return array
+        if array.dtype.kind not in "biu":
+            raise TypeError(f"actions must be integers ({one}), got dtype {array.dtype}: cast them with .long() / .astype(np.int64)")
+        if not space.contains(array.astype(space.dtype, copy=False)):
+            raise ValueError(f"actions must be valid {self.single_action_space} actions, one per env; got {array.flatten()[:8].tolist()}")
+        return array
 
 
 class ObservationTransform(VectorWrapper):

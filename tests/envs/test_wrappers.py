@@ -21,6 +21,28 @@ def test_device_env_wraps_a_gymnasium_env():
         DeviceEnv(gym.make("Acrobot-v1"))
 
 
+@pytest.mark.parametrize(
+    "env_id, actions, error, message",
+    [
+        ("CartPole-v1", torch.tensor([0, 1]), ValueError, r"shape \(3,\), one Discrete\(2\) action per env, got \(2,\)"),
+        ("CartPole-v1", torch.tensor([0.0, 1.0, 1.0]), TypeError, r"integers .* got dtype float32: cast them with \.long\(\)"),
+        ("CartPole-v1", [0, 1, 2], ValueError, r"valid Discrete\(2\) actions, one per env; got \[0, 1, 2\]"),
+        ("Pendulum-v1", torch.zeros(3), ValueError, r"shape \(3, 1\), one Box\(-2.0, 2.0, \(1,\), float32\) action"),
+        ("Pendulum-v1", torch.zeros(3, 1, dtype=torch.long), TypeError, r"floats .* got dtype int64: cast them with \.float\(\)"),
+        ("Pendulum-v1", torch.full((3, 1), float("nan")), ValueError, r"actions contain NaN"),
+    ],
+)
+def test_device_env_names_bad_actions_before_the_wrapped_env_sees_them(env_id, actions, error, message):
+    """Where the wrapped env failed deep inside (CartPole: `array([0, 1]) invalid`), the wrapper
+    says what was wrong as the suite's envs do; Box actions beyond their bounds pass (clipped)."""
+    env = DeviceEnv(gym.make_vec(env_id, num_envs=3, vectorization_mode="sync"), "cpu")
+    env.reset(seed=0)
+    with pytest.raises(error, match=message):
+        env.step(actions)
+    if env_id == "Pendulum-v1":
+        assert env.step(torch.full((3, 1), 9.0))[1].shape == (3,)
+
+
 def test_check_device_names_the_misplaced_tensor_of_an_env():
     env = CheckDevice(CartPoleVectorEnv(2, device="cpu"), "cpu")
     env.reset(seed=0)
