@@ -81,9 +81,9 @@ class DeviceEnv(VectorWrapper):
 
     def _checked(self, actions):
         """Actions of the wrong shape, kind or range, named as the suite's envs name them: a
-        wrapped env would fail deep inside (``CartPole``'s ``array([0, 1]) invalid``) or, for a
-        batch that is too short, step only some of its envs. Box actions out of their bounds
-        pass: gymnasium's envs clip them."""
+        wrapped env would fail deep inside (``CartPole``'s ``array([0, 1]) invalid``, or for too
+        few actions ``zip() argument 2 is longer than argument 1``). Box actions out of their
+        bounds pass: gymnasium's envs clip them."""
         space = self.action_space
         if not isinstance(space, (Box, MultiDiscrete, MultiBinary)):  # Tuple, Dict, ...: the env's own checks
             return actions
