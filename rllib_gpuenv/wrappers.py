@@ -78,7 +78,6 @@ class DeviceEnv(VectorWrapper):
             out,
         )
 
-
     def _checked(self, actions):
         """Actions of the wrong shape, kind or range, named as the suite's envs name them: a
         wrapped env would fail deep inside (``CartPole``'s ``array([0, 1]) invalid``, or for too
@@ -98,9 +97,13 @@ class DeviceEnv(VectorWrapper):
                 raise ValueError(f"actions contain NaN ({one}): {array.flatten()[:8].tolist()}")
             return array
         if array.dtype.kind not in "biu":
-            raise TypeError(f"actions must be integers ({one}), got dtype {array.dtype}: cast them with .long() / .astype(np.int64)")
+            raise TypeError(
+                f"actions must be integers ({one}), got dtype {array.dtype}: cast them with .long() / .astype(np.int64)"
+            )
         if not space.contains(array.astype(space.dtype, copy=False)):
-            raise ValueError(f"actions must be valid {self.single_action_space} actions, one per env; got {array.flatten()[:8].tolist()}")
+            raise ValueError(
+                f"actions must be valid {self.single_action_space} actions, one per env; got {array.flatten()[:8].tolist()}"
+            )
         return array
 
 

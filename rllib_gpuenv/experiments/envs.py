@@ -131,7 +131,9 @@ def check_entry_points(spec: Any, env: str, where: str) -> None:
             except gym.error.DependencyNotInstalled as err:
                 raise key_error(where, "env", f"{env!r}: {one_line(err)}") from None
             except (ImportError, AttributeError) as err:
-                raise key_error(where, "env", f"{env!r}: cannot load its entry point {entry_point!r} ({one_line(err)})") from None
+                raise key_error(
+                    where, "env", f"{env!r}: cannot load its entry point {entry_point!r} ({one_line(err)})"
+                ) from None
 
 
 OLD_EXAMPLE_ENVS = "ray.rllib.examples.env."  # RLlib's example env classes before Ray 2.10

@@ -28,7 +28,12 @@ def test_device_env_wraps_a_gymnasium_env():
         ("CartPole-v1", torch.tensor([0.0, 1.0, 1.0]), TypeError, r"integers .* got dtype float32: cast them with \.long\(\)"),
         ("CartPole-v1", [0, 1, 2], ValueError, r"valid Discrete\(2\) actions, one per env; got \[0, 1, 2\]"),
         ("Pendulum-v1", torch.zeros(3), ValueError, r"shape \(3, 1\), one Box\(-2.0, 2.0, \(1,\), float32\) action"),
-        ("Pendulum-v1", torch.zeros(3, 1, dtype=torch.long), TypeError, r"floats .* got dtype int64: cast them with \.float\(\)"),
+        (
+            "Pendulum-v1",
+            torch.zeros(3, 1, dtype=torch.long),
+            TypeError,
+            r"floats .* got dtype int64: cast them with \.float\(\)",
+        ),
         ("Pendulum-v1", torch.full((3, 1), float("nan")), ValueError, r"actions contain NaN"),
     ],
 )
