@@ -20,6 +20,7 @@ by itself, and a Tune-registered creator would be called once per sub-env under 
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import sys
@@ -38,6 +39,24 @@ def qualified_id(env_id: str) -> str:
     """``"rllib_gpuenv:<id>"`` for an id this package ships (any process can build it), else ``env_id``."""
     bare = env_id.split(":", 1)[-1]
     return f"{PACKAGE}:{bare}" if bare in SHIPPED_DEFS else env_id
+
+
+def registering_module(env_id: str) -> str | None:
+    """The module another process imports to have ``env_id``: this package for the suite's ids;
+    for a user's definition, the module its ``step`` is written in (README's pattern: the module
+    that defines an env registers it when imported). None where no other process can import it:
+    a definition made in ``__main__``, in an experiment file run as a file, or by ``exec``."""
+    bare = env_id.split(":", 1)[-1]
+    definition = env_definition(bare)
+    if bare in SHIPPED_DEFS or definition is None:  # the suite's, or a gymnasium id pointed at its entry points
+        return PACKAGE
+    module = getattr(definition.step, "__module__", None)
+    if not module or module == "__main__":
+        return None
+    try:
+        return module if importlib.util.find_spec(module) is not None else None
+    except (ImportError, ValueError):  # "<run_path>" and other names no finder knows
+        return None
 
 
 def make_vector_entry_point(num_envs: int = 1, *, env_id: str, **kwargs: Any):

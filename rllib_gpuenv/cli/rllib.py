@@ -255,6 +255,18 @@ def _restoring_from(checkpoint: str | None, experiments: list, source: str) -> l
     return experiments
 
 
+def local_runtime_env(experiments) -> dict:
+    """The runtime env of the Ray this command starts: its processes start quietly, and import
+    what the Python experiment files import from their own folders (Ray gives its workers the
+    driver's working folder, not the folders of the files it ran)."""
+    env = {"worker_process_setup_hook": SETUP_HOOK}
+    folders = list(dict.fromkeys(e.code_folder for e in experiments if e.code_folder))
+    if folders:
+        inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["env_vars"] = {"PYTHONPATH": os.pathsep.join(folders + inherited)}
+    return env
+
+
 def train_command(args) -> int:
     import ray
 
@@ -286,7 +298,7 @@ def train_command(args) -> int:
         include_dashboard=args.ray_ui if address == "local" else None,  # 0.7 s to start, 0.3 s to stop here
         ignore_reinit_error=True,
         # A Ray of our own: its trial processes start quietly too (a cluster's job keeps its own runtime env).
-        runtime_env={"worker_process_setup_hook": SETUP_HOOK} if address == "local" else None,
+        runtime_env=local_runtime_env(experiments) if address == "local" else None,
     )
     for experiment in experiments:  # all of them fit, or none runs
         if experiment.resource_search is None:

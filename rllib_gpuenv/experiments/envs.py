@@ -43,15 +43,20 @@ def is_package_env(env_id: str) -> bool:
 def rllib_env_id(env: Any, where: str = "<command line>") -> Any:
     """``env`` as RLlib should get it, checked now rather than inside a trial.
 
-    Our ids go module-qualified (``rllib_gpuenv:GPUCartPole-v1``): Tune's trial actors are
-    fresh processes, and the prefix makes gymnasium import this package there before it looks
-    the id up, without any Tune registration. Other ids pass unchanged.
+    Ids registered through this package go module-qualified: the suite's as
+    ``rllib_gpuenv:GPUCartPole-v1``, a user's as ``their_module:Env-v0`` (the module that defines
+    it, ``registration.registering_module``). Tune's trial actors are fresh processes, and the
+    prefix makes gymnasium import that module there before it looks the id up, without any Tune
+    registration. Other ids pass unchanged.
     """
     if not isinstance(env, str):
         return env  # an env class or creator: Python users know what they pass
     module, _, name = env.rpartition(":")
     if module in ("", PACKAGE) and is_package_env(name):
-        return f"{PACKAGE}:{name}"
+        from rllib_gpuenv.registration import registering_module
+
+        owner = registering_module(name)
+        return f"{owner}:{name}" if owner else name  # None: only this process has it
     check_env(env, where)
     return env
 

@@ -68,6 +68,7 @@ class Experiment:
     storage_path: str | None = None
     restore: str | None = None  # a checkpoint every trial starts from (absolute path, checked)
     resource_search: dict | None = None
+    code_folder: str | None = None  # a Python file's folder: its trials import the file's neighbours from there
 
     @property
     def algo_class(self):
@@ -197,6 +198,9 @@ def run_python_file(path: str) -> dict:
     the new one)."""
     argv = sys.argv
     sys.argv = [path]
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:  # as `python file.py` has it: the file imports its neighbours (``Experiment.code_folder``
+        sys.path.insert(0, folder)  # takes the folder to Tune's trials)
     try:
         return runpy.run_path(path)
     except SystemExit as err:  # its argument parser gave up (it printed why)
@@ -229,7 +233,7 @@ def _python_experiment(path: str, config_overrides=None, stop_overrides=None, al
     validate_python_config(config, where, dict(config_overrides or {}))
     stop = {**_stop(dict(namespace.get("stop") or {}), where), **_stop(stop_overrides or {}, "--stop")}
     check_stop(stop, config, where, allow_no_stop)
-    return Experiment(name=name, config=config, stop=stop)
+    return Experiment(name=name, config=config, stop=stop, code_folder=os.path.dirname(os.path.abspath(path)))
 
 
 def inline_experiment(

@@ -13,6 +13,7 @@ from rllib_gpuenv.experiments.shipped import config_file
 from tests.helpers import (
     ERROR_LINE,
     OLD_EXPERIMENTS,
+    ROOT,
     assert_every_reported_metric_is_a_known_stop_metric,
     error_lines,
     rllib,
@@ -284,3 +285,35 @@ def test_a_scheduler_that_cannot_run_is_named_before_ray_starts():
     ]:
         with pytest.raises(ExperimentError, match=message):
             make_scheduler(name, settings)
+
+
+def test_a_python_file_trains_an_env_its_neighbouring_module_defines(tmp_path):
+    """A Python experiment file that imports the module beside it defining an env (the README's
+    Reach1D, written to a file) runs under `rllib train` from another folder, as `python file.py`
+    would import it; the env reaches Tune's trial (another process) as `module:id`, so the trial
+    imports that module too. Before, the import failed, and with PYTHONPATH set the id went as
+    `rllib_gpuenv:Reach1D...`, which no import of this package registers."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    source = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'id="Reach1D-v0"' in b)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "reach1d_file_env.py").write_text(source.replace("Reach1D-v0", "Reach1DFile-v0"))
+    experiment = write(
+        folder,
+        """
+        import reach1d_file_env  # registers Reach1DFile-v0
+        from rllib_gpuenv.rllib import DevicePPOConfig
+
+        config = DevicePPOConfig().environment("Reach1DFile-v0").env_runners(num_envs_per_env_runner=16).training(
+            minibatch_size=256
+        )
+        stop = {"training_iteration": 1}
+        """,
+        name="reach_exp.py",
+    )
+    out = rllib("train", "file", experiment, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (progress,) = trial_progress(tmp_path / "results" / "reach_exp")
+    assert len(progress) == 1
+    (params,) = glob.glob(str(tmp_path / "results" / "reach_exp" / "*" / "params.json"))
+    assert json.load(open(params))["env"] == "reach1d_file_env:Reach1DFile-v0"

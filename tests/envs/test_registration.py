@@ -122,6 +122,10 @@ def test_an_env_defined_outside_any_module_compiles_without_a_disk_cache():
     namespace: dict = {}
     exec(source.replace("Reach1D-v0", "Reach1DNoModule-v0"), namespace)  # noqa: S102 (the README's own code)
     assert namespace["step"].__module__ is None
+    from rllib_gpuenv.registration import registering_module
+
+    assert registering_module("Reach1DNoModule-v0") is None  # no other process can import it: it goes by its bare id
+    assert registering_module("GPUCartPole-v1") == "rllib_gpuenv"
     env = make_vector_env("Reach1DNoModule-v0", 16, backend="numba-cpu")
     obs, _ = env.reset(seed=0)
     obs, reward, *_ = env.step(torch.ones(16, dtype=torch.int64))
