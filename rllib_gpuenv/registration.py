@@ -55,7 +55,7 @@ def registering_module(env_id: str) -> str | None:
         return None
     try:
         return module if importlib.util.find_spec(module) is not None else None
-    except (ImportError, ValueError):  # "<run_path>" and other names no finder knows
+    except (ImportError, ValueError):  # a name no finder knows
         return None
 
 

@@ -25,9 +25,9 @@ import dataclasses
 import difflib
 import logging
 import os
-import runpy
 import sys
 import traceback
+import types
 from typing import Any
 
 import yaml
@@ -190,6 +190,26 @@ def load_experiments(
     return loaded
 
 
+def python_file_module(path: str) -> types.ModuleType:
+    """The file run as a module of its own, whose classes and functions Ray pickles by value: no
+    other process can import it. What it hands Tune and RLlib (a ``tune.register_env`` creator,
+    which Tune pickles as it registers, an env class, callbacks) then reaches the trials, where
+    with ``runpy.run_path`` they were pickled as ``<run_path>.X``, a module no trial has."""
+    from ray import cloudpickle
+
+    stem = os.path.splitext(os.path.basename(path))[0]
+    module = types.ModuleType(f"rllib_experiment_{''.join(c if c.isalnum() else '_' for c in stem)}")
+    module.__file__ = os.path.abspath(path)
+    sys.modules[module.__name__] = module  # while the file runs, as runpy has it (dataclasses, typing look it up)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        with open(path, encoding="utf-8") as f:
+            exec(compile(f.read(), path, "exec"), module.__dict__)  # noqa: S102 (the user's own experiment file)
+    finally:
+        del sys.modules[module.__name__]
+    return module
+
+
 def run_python_file(path: str) -> dict:
     """A Python experiment file's names, the file run as a module (its ``__main__`` block not
     run) with an argv of its own: RLlib's example scripts parse their command line when they
@@ -202,7 +222,7 @@ def run_python_file(path: str) -> dict:
     if folder not in sys.path:  # as `python file.py` has it: the file imports its neighbours (``Experiment.code_folder``
         sys.path.insert(0, folder)  # takes the folder to Tune's trials)
     try:
-        return runpy.run_path(path)
+        return vars(python_file_module(path))
     except SystemExit as err:  # its argument parser gave up (it printed why)
         raise ExperimentError(f"{path}: exited while it loaded (exit status {err.code})") from None
     except Exception as err:  # noqa: BLE001 (whatever the file raises: name the file and the line)

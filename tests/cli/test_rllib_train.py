@@ -287,18 +287,65 @@ def test_a_scheduler_that_cannot_run_is_named_before_ray_starts():
             make_scheduler(name, settings)
 
 
-def test_a_python_file_trains_an_env_its_neighbouring_module_defines(tmp_path):
-    """A Python experiment file that imports the module beside it defining an env (the README's
-    Reach1D, written to a file) runs under `rllib train` from another folder, as `python file.py`
-    would import it; the env reaches Tune's trial (another process) as `module:id`, so the trial
+COIN_EXPERIMENT = """
+import gymnasium as gym
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+from ray import tune
+
+from rllib_gpuenv.rllib import DevicePPOConfig
+
+
+class Coin(VectorEnv):
+    \"\"\"Call the coin shown: reward 1 when right; 10 calls an episode (NEXT_STEP autoreset).\"\"\"
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs, device):
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.single_observation_space, self.single_action_space = gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(2)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+    def _obs(self):
+        return torch.stack([self.coin, self.t / 10], 1)
+
+    def reset(self, *, seed=None, options=None):
+        self.t, self.done = torch.zeros(self.num_envs), torch.zeros(self.num_envs, dtype=torch.bool)
+        self.coin = torch.randint(0, 2, (self.num_envs,)).float()
+        return self._obs(), {}
+
+    def step(self, actions):
+        restart = self.done
+        reward = torch.where(restart, 0.0, (actions.float() == self.coin).float())
+        self.t = torch.where(restart, 0.0, self.t + 1)
+        self.coin = torch.randint(0, 2, (self.num_envs,)).float()
+        self.done = (self.t >= 10) & ~restart
+        return self._obs(), reward, torch.zeros_like(self.done), self.done.clone(), {}
+
+
+tune.register_env("coin-in-a-file", lambda config: Coin(config["num_envs"], config["device"]))
+config = DevicePPOConfig().environment("coin-in-a-file").env_runners(num_envs_per_env_runner=16).training(minibatch_size=256)
+stop = {"training_iteration": 1}
+"""
+
+
+def test_python_files_hand_their_own_envs_to_tunes_trials(tmp_path):
+    """Two Python experiment files in one `rllib train`, each run from another folder as `python
+    file.py` would run it. One imports the module beside it that defines an env (the README's
+    Reach1D, written to a file): the trial (another process) gets the env as `module:id` and
     imports that module too. Before, the import failed, and with PYTHONPATH set the id went as
-    `rllib_gpuenv:Reach1D...`, which no import of this package registers."""
+    `rllib_gpuenv:Reach1D...`, which no import of this package registers. The other defines a
+    torch vector env and `tune.register_env`s it: Tune pickles the creator as it registers, and
+    the trial gets the class by value, where it was pickled as `<run_path>.Coin`, a module no
+    trial has."""
     readme = open(os.path.join(ROOT, "README.md")).read()
     source = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'id="Reach1D-v0"' in b)
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "reach1d_file_env.py").write_text(source.replace("Reach1D-v0", "Reach1DFile-v0"))
-    experiment = write(
+    reach = write(
         folder,
         """
         import reach1d_file_env  # registers Reach1DFile-v0
@@ -311,9 +358,11 @@ def test_a_python_file_trains_an_env_its_neighbouring_module_defines(tmp_path):
         """,
         name="reach_exp.py",
     )
-    out = rllib("train", "file", experiment, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2")
+    coin = write(folder, COIN_EXPERIMENT, name="coin_exp.py")
+    out = rllib("train", "file", reach, coin, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2")
     assert out.returncode == 0, out.stderr[-3000:]
-    (progress,) = trial_progress(tmp_path / "results" / "reach_exp")
-    assert len(progress) == 1
-    (params,) = glob.glob(str(tmp_path / "results" / "reach_exp" / "*" / "params.json"))
-    assert json.load(open(params))["env"] == "reach1d_file_env:Reach1DFile-v0"
+    for name, env in (("reach_exp", "reach1d_file_env:Reach1DFile-v0"), ("coin_exp", "coin-in-a-file")):
+        (progress,) = trial_progress(tmp_path / "results" / name)
+        assert len(progress) == 1 and float(progress[0]["env_runners/num_env_steps_sampled_lifetime"]) > 0
+        (params,) = glob.glob(str(tmp_path / "results" / name / "*" / "params.json"))
+        assert json.load(open(params))["env"] == env
