@@ -259,12 +259,9 @@ def local_runtime_env(experiments) -> dict:
     """The runtime env of the Ray this command starts: its processes start quietly, and import
     what the Python experiment files import from their own folders (Ray gives its workers the
     driver's working folder, not the folders of the files it ran)."""
-    env = {"worker_process_setup_hook": SETUP_HOOK}
-    folders = list(dict.fromkeys(e.code_folder for e in experiments if e.code_folder))
-    if folders:
-        inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["env_vars"] = {"PYTHONPATH": os.pathsep.join(folders + inherited)}
-    return env
+    from rllib_gpuenv.experiments.spec import importable_folders_env
+
+    return {"worker_process_setup_hook": SETUP_HOOK, **importable_folders_env(e.code_folder for e in experiments)}
 
 
 def train_command(args) -> int:

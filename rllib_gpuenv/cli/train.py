@@ -35,7 +35,7 @@ from rllib_gpuenv.experiments.progress import (
     lookup,
 )
 from rllib_gpuenv.experiments.shipped import config_file
-from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, load_config
+from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, importable_folders_env, load_config
 from rllib_gpuenv.rllib.checkpointing import ResumesExactly, check_checkpoint_files, saved_config
 from rllib_gpuenv.rllib.in_process import builds_without_ray
 
@@ -298,6 +298,7 @@ def train(
     on from it; a second Ctrl-C quits at once."""
     import ray
 
+    code_folder = None  # a Python file's folder, whose modules remote runners import too
     if resume is not None:
         config_file, name, stop = resumed_experiment(resume, config_file, device, seed, num_learners)
         config = None  # the checkpoint's
@@ -305,6 +306,7 @@ def train(
         config_file = config_file or DEFAULT_CONFIG_FILE
         experiment = load_config(config_file, device=device, seed=seed)
         name, config, stop = experiment.name, experiment.config, dict(experiment.stop)
+        code_folder = experiment.code_folder
         if experiment.resource_search is not None:
             logger.warning(
                 "%s: its resource_search section is a Tune search, which `rllib train file %s` runs; this job trains "
@@ -334,7 +336,8 @@ def train(
     startup = StartupTimes()
     ray_was_running = ray.is_initialized()
     if not builds_without_ray(config if resume is None else saved_config(resume)):  # remote runners or learners
-        ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        runtime_env = importable_folders_env([code_folder]) or None
+        ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
         startup.done("starting Ray")
     if resume is not None:
         from ray.rllib.algorithms.algorithm import Algorithm

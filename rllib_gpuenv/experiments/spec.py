@@ -210,6 +210,17 @@ def python_file_module(path: str) -> types.ModuleType:
     return module
 
 
+def importable_folders_env(folders) -> dict:
+    """``runtime_env`` settings under which Ray's workers import what Python experiment files
+    import from their own folders (``Experiment.code_folder``): Ray passes on only the driver's
+    working folder and script folder."""
+    folders = list(dict.fromkeys(f for f in folders if f))
+    if not folders:
+        return {}
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(folders + inherited)}}
+
+
 def run_python_file(path: str) -> dict:
     """A Python experiment file's names, the file run as a module (its ``__main__`` block not
     run) with an argv of its own: RLlib's example scripts parse their command line when they

@@ -340,3 +340,29 @@ def test_a_stock_rllib_file_takes_device_and_resumes_with_its_clocks(tmp_path):
     if not torch.cuda.is_available():  # a GPU the machine lacks: the device path's one line, before anything starts
         with pytest.raises(ValueError, match="no CUDA GPU"):
             train(stock, device="cuda:0", max_iterations=1, storage_path=str(tmp_path / "c"))
+
+
+def test_a_python_file_s_env_module_reaches_the_main_job_s_remote_runner(tmp_path):
+    """`rllib-gpuenv train --config-file exp.py`, run from another folder, with a remote env
+    runner: the file imports the module beside it that defines its env (the README's Reach1D),
+    and so does the runner's process, which gets the file's folder from the job's Ray (its
+    runtime env); Ray itself passes on only the driver's working folder."""
+    from tests.helpers import run_module
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    source = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'id="Reach1D-v0"' in b)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "reach1d_job_env.py").write_text(source.replace("Reach1D-v0", "Reach1DJob-v0"))
+    (folder / "job_exp.py").write_text(
+        "import reach1d_job_env  # registers Reach1DJob-v0\n"
+        "from rllib_gpuenv.rllib import DevicePPOConfig\n\n"
+        'config = DevicePPOConfig().environment("Reach1DJob-v0").env_runners(num_env_runners=1, num_envs_per_env_runner=16)\n'
+        "config.training(minibatch_size=256)\n"
+        'stop = {"training_iteration": 1}\n'
+    )
+    out = run_module(
+        "rllib_gpuenv.cli", "train", "--config-file", str(folder / "job_exp.py"), "--storage-path", str(tmp_path / "runs")
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on Reach1DJob-v0" in out.stdout and "stopped after 1 iteration" in out.stdout, out.stdout[-1500:]
