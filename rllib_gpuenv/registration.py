@@ -35,12 +35,6 @@ ENV_IDS = tuple(SHIPPED_DEFS)  # every id this package ships
 PACKAGE = "rllib_gpuenv"
 
 
-def qualified_id(env_id: str) -> str:
-    """``"rllib_gpuenv:<id>"`` for an id this package ships (any process can build it), else ``env_id``."""
-    bare = env_id.split(":", 1)[-1]
-    return f"{PACKAGE}:{bare}" if bare in SHIPPED_DEFS else env_id
-
-
 def registering_module(env_id: str) -> str | None:
     """The module another process imports to have ``env_id``: this package for the suite's ids;
     for a user's definition, the module its ``step`` is written in (README's pattern: the module
