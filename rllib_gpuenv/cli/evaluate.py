@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.rllib.checkpointing import MARKER, not_a_checkpoint
+from rllib_gpuenv.rllib.checkpointing import MARKER, missing_module, not_a_checkpoint, use_code_folders
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ def _load_pickle(path: Path):
             return pickle.load(f)
     except FileNotFoundError:
         raise EvaluationError(f"{path}: missing from the checkpoint") from None
+    except ModuleNotFoundError as err:
+        raise EvaluationError(missing_module(path, err)) from None
     except Exception as err:  # a truncated or corrupt file: name it
         raise EvaluationError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
 
@@ -74,6 +76,7 @@ def load_checkpoint(checkpoint: str | os.PathLike):
     path = Path(checkpoint).expanduser().resolve()
     if not (path / MARKER).is_file():
         raise EvaluationError(not_a_checkpoint(path, f"no {MARKER}"))
+    use_code_folders(path)  # the user's env module, imported from where the training imported it
     saved = _load_pickle(path / "class_and_ctor_args.pkl")
     try:
         algo_class = saved["class"]

@@ -36,7 +36,13 @@ from rllib_gpuenv.experiments.progress import (
 )
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, importable_folders_env, load_config
-from rllib_gpuenv.rllib.checkpointing import ResumesExactly, check_checkpoint_files, saved_config
+from rllib_gpuenv.rllib.checkpointing import (
+    ResumesExactly,
+    check_checkpoint_files,
+    record_code_folders,
+    saved_config,
+    use_code_folders,
+)
 from rllib_gpuenv.rllib.in_process import builds_without_ray
 
 logger = logging.getLogger(__name__)
@@ -199,13 +205,15 @@ def evaluates_every(config) -> int:
     return int(getattr(config, "evaluation_interval", None) or 0)
 
 
-def save_experiment(checkpoint: str, config_file, name: str, stop: dict, algo) -> None:
+def save_experiment(checkpoint: str, config_file, name: str, stop: dict, algo, code_folders=()) -> None:
     """Write beside the checkpoint's state what ``--resume`` goes on with: the experiment file,
     its name, the stop criteria in force (the file's, with ``--target`` and ``--max-iterations``)
-    and the run's clocks, which RLlib's own algorithms do not keep (``restore_clocks``)."""
+    and the run's clocks, which RLlib's own algorithms do not keep (``restore_clocks``); and, for
+    ``evaluate`` and ``--resume`` from another folder, the folders its user code came from."""
     clocks = {"time_total_s": algo._time_total, "evaluation_time_total_s": getattr(algo, "evaluation_time_total_s", 0.0)}
     with open(os.path.join(checkpoint, RUN_FILE), "w") as f:
         json.dump({"config_file": os.path.abspath(config_file), "name": name, "stop": stop, "clocks": clocks}, f, indent=2)
+    record_code_folders(checkpoint, algo.config, code_folders)
 
 
 def restore_clocks(algo, checkpoint) -> None:
@@ -298,15 +306,16 @@ def train(
     on from it; a second Ctrl-C quits at once."""
     import ray
 
-    code_folder = None  # a Python file's folder, whose modules remote runners import too
+    code_folders = []  # a Python file's folder, whose modules remote runners import too
     if resume is not None:
         config_file, name, stop = resumed_experiment(resume, config_file, device, seed, num_learners)
+        code_folders = use_code_folders(resume)  # the run's, as it trained (``checkpointing.record_code_folders``)
         config = None  # the checkpoint's
     else:
         config_file = config_file or DEFAULT_CONFIG_FILE
         experiment = load_config(config_file, device=device, seed=seed)
         name, config, stop = experiment.name, experiment.config, dict(experiment.stop)
-        code_folder = experiment.code_folder
+        code_folders = [experiment.code_folder] if experiment.code_folder else []
         if experiment.resource_search is not None:
             logger.warning(
                 "%s: its resource_search section is a Tune search, which `rllib train file %s` runs; this job trains "
@@ -336,7 +345,7 @@ def train(
     startup = StartupTimes()
     ray_was_running = ray.is_initialized()
     if not builds_without_ray(config if resume is None else saved_config(resume)):  # remote runners or learners
-        runtime_env = importable_folders_env([code_folder]) or None
+        runtime_env = importable_folders_env(code_folders) or None
         ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
         startup.done("starting Ray")
     if resume is not None:
@@ -400,7 +409,7 @@ def train(
         else:
             print(f"stopped after {iterations} ({elapsed_text}) {at}, below the target {target:g}")
         checkpoint = algo.save(os.path.join(directory, "checkpoint")).checkpoint.path
-        save_experiment(checkpoint, config_file, name, stop, algo)
+        save_experiment(checkpoint, config_file, name, stop, algo, code_folders)
         failed = False
     finally:
         progress.close()

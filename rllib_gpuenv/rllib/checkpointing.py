@@ -18,12 +18,21 @@ resumed run's times count from its start, as its iterations and env steps do.
 
 A truncated or otherwise unreadable checkpoint file is an error that names the file, before
 anything else is restored.
+
+A checkpoint of an env of the user's own (``my_env:MyEnv-v0``, its module beside the experiment
+file) records the folder that module was imported from (``CODE_FILE``), so that ``evaluate`` and
+``--resume``, run from another folder, import it as the training did.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import pickle
 import random
+import site
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +47,7 @@ class CheckpointError(ValueError):
 
 
 MARKER = "rllib_checkpoint.json"  # what RLlib writes at the top of an algorithm's checkpoint
+CODE_FILE = "code_folders.json"  # beside the state: the folders the run imported the user's env module from
 
 
 def checkpoints_below(path: Path, depth: int = 4) -> list[Path]:
@@ -57,16 +67,61 @@ def not_a_checkpoint(path: Path, what: str) -> str:
     return f"{path}: not an RLlib algorithm checkpoint ({what}){hint}"
 
 
+def module_root(module: str) -> str | None:
+    """The ``sys.path`` folder this process imports ``module`` from, where that is a folder of the
+    user's own: None for an installed module (site-packages), this package, or one not found."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.has_location or not spec.origin or module.split(".")[0] == __name__.split(".")[0]:
+        return None
+    root = Path(spec.origin).resolve().parent
+    for _ in range(module.count(".") + (Path(spec.origin).name == "__init__.py")):
+        root = root.parent
+    installed = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    return None if root in installed else str(root)
+
+
+def record_code_folders(checkpoint, config, folders=()) -> None:
+    """Write into ``checkpoint`` the folders its run imported user code from: ``folders`` (a
+    Python experiment file's) and the root of the module that a ``module:Env-v0`` env names."""
+    env = config.env if isinstance(config.env, str) else ""
+    roots = [*folders, module_root(env.split(":", 1)[0]) if ":" in env else None]
+    file = Path(checkpoint) / CODE_FILE
+    known = json.loads(file.read_text()) if file.is_file() else []
+    roots = list(dict.fromkeys([*known, *(str(Path(r).resolve()) for r in roots if r)]))
+    if roots:
+        file.write_text(json.dumps(roots, indent=2))
+
+
+def use_code_folders(checkpoint) -> list[str]:
+    """Put the folders a checkpoint's run imported user code from (``record_code_folders``) on
+    ``sys.path``, as they were when it trained, and return them (for Ray workers' PYTHONPATH).
+    Folders that no longer exist are left out."""
+    file = Path(checkpoint).expanduser() / CODE_FILE
+    try:
+        folders = [f for f in json.loads(file.read_text()) if os.path.isdir(f)]
+    except (OSError, ValueError, TypeError):
+        return []
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    return folders
+
+
 def check_checkpoint_files(path) -> None:
     """Load every state file of a checkpoint once; raise ``CheckpointError`` naming the first
-    that cannot be read (a truncated copy, a file of another format). A folder that is not a
-    checkpoint (no ``rllib_checkpoint.json`` or ``class_and_ctor_args.pkl`` at its top) is named
-    as such first, before any file below it is unpickled."""
+    that cannot be read (a truncated copy, a file of another format, a module it needs that
+    cannot be imported). A folder that is not a checkpoint (no ``rllib_checkpoint.json`` or
+    ``class_and_ctor_args.pkl`` at its top) is named as such first, before any file below it is
+    unpickled. The run's code folders go on ``sys.path`` first (``use_code_folders``)."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise CheckpointError(f"{root}: no such checkpoint directory")
     if not (root / MARKER).is_file() and not (root / "class_and_ctor_args.pkl").is_file():
         raise CheckpointError(not_a_checkpoint(root, f"no {MARKER} or class_and_ctor_args.pkl"))
+    use_code_folders(root)
     files = sorted(root.rglob("*.pkl")) + sorted(root.rglob("*.msgpack"))
     if not files:
         raise CheckpointError(f"{root}: holds no checkpoint state files (*.pkl, *.msgpack)")
@@ -81,8 +136,19 @@ def check_checkpoint_files(path) -> None:
 
                 with open(file, "rb") as f:
                     msgpack.load(f, object_hook=msgpack_numpy.decode, strict_map_key=False)
+        except ModuleNotFoundError as err:
+            raise CheckpointError(missing_module(file, err)) from None
         except Exception as err:  # noqa: BLE001 (whatever a damaged file raises: name the file)
             raise CheckpointError(f"{file}: cannot be read ({type(err).__name__}: {err}); the checkpoint is damaged") from None
+
+
+def missing_module(file, err: ModuleNotFoundError) -> str:
+    """A checkpoint file that names a module of the user's (an env class, callbacks) this process
+    cannot import: not damaged, but in need of that module's folder."""
+    return (
+        f"{file}: needs the module {err.name!r}, which this process cannot import: run from the folder the training "
+        f"ran from, or put that module's folder on PYTHONPATH"
+    )
 
 
 def saved_config(path):
@@ -127,6 +193,11 @@ class ResumesExactly:
     restoring checks the files first (see the module doc)."""
 
     evaluation_time_total_s = 0.0  # seconds in ``evaluate()`` over the run and the runs it resumes
+
+    def save_to_path(self, path=None, *args, **kwargs) -> str:
+        path = super().save_to_path(path, *args, **kwargs)
+        record_code_folders(path, self.config)
+        return path
 
     def get_state(self, *args, **kwargs) -> dict:
         state = super().get_state(*args, **kwargs)

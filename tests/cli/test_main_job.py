@@ -7,6 +7,7 @@ import contextlib
 import csv
 import gc
 import io
+import json
 import os
 import re
 import shutil
@@ -346,7 +347,9 @@ def test_a_python_file_s_env_module_reaches_the_main_job_s_remote_runner(tmp_pat
     """`rllib-gpuenv train --config-file exp.py`, run from another folder, with a remote env
     runner: the file imports the module beside it that defines its env (the README's Reach1D),
     and so does the runner's process, which gets the file's folder from the job's Ray (its
-    runtime env); Ray itself passes on only the driver's working folder."""
+    runtime env); Ray itself passes on only the driver's working folder. The checkpoint records
+    that folder, so that `--resume` (its remote runner too) and `evaluate`, run from another
+    folder, import the env module as the training did."""
     from tests.helpers import run_module
 
     readme = open(os.path.join(ROOT, "README.md")).read()
@@ -366,3 +369,13 @@ def test_a_python_file_s_env_module_reaches_the_main_job_s_remote_runner(tmp_pat
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "on Reach1DJob-v0" in out.stdout and "stopped after 1 iteration" in out.stdout, out.stdout[-1500:]
+    checkpoint = re.search(r"checkpoint saved to (\S+)", out.stdout).group(1)
+    assert json.loads(open(os.path.join(checkpoint, "code_folders.json")).read()) == [str(folder.resolve())]
+    resumed = run_module(
+        "rllib_gpuenv.cli", "train", "--resume", checkpoint, "--max-iterations", "2", "--storage-path", str(tmp_path / "runs")
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout and "stopped after 2 iterations" in resumed.stdout, resumed.stdout[-1500:]
+    played = run_module("rllib_gpuenv.cli", "evaluate", checkpoint, "--episodes", "2")
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert "2 episodes: mean return" in played.stdout, played.stdout

@@ -2,7 +2,9 @@
 counts, seeds and size lists (``rllib_gpuenv/options.py``), and a folder that is not a checkpoint."""
 
 import argparse
+import json
 import pickle
+import sys
 
 import pytest
 import torch
@@ -78,6 +80,27 @@ def test_a_folder_that_is_not_a_checkpoint_is_named_before_any_file_in_it_is_unp
     with pytest.raises(CheckpointError, match=rf"not an RLlib algorithm checkpoint .*below it, newest first: {below}"):
         check_checkpoint_files(tmp_path)
     check_checkpoint_files(below)  # the checkpoint itself: every file readable
+
+
+def test_a_checkpoint_file_that_needs_a_missing_module_is_named_as_such_not_as_damaged(tmp_path):
+    """A pickled class of the user's (an env, callbacks) whose module this process cannot import:
+    the fix is the module's folder, and the folder the run recorded is searched first."""
+    (tmp_path / "rllib_checkpoint.json").write_text("{}")
+    (tmp_path / "class_and_ctor_args.pkl").write_bytes(b"cckpt_user_module_xyz\nCallbacks\n.")  # pickle's GLOBAL opcode
+    with pytest.raises(
+        CheckpointError, match=r"class_and_ctor_args.pkl: needs the module 'ckpt_user_module_xyz', .*PYTHONPATH"
+    ):
+        check_checkpoint_files(tmp_path)
+    code = tmp_path.parent / f"{tmp_path.name}_code"
+    code.mkdir()
+    (code / "ckpt_user_module_xyz.py").write_text("class Callbacks:\n    pass\n")
+    (tmp_path / "code_folders.json").write_text(json.dumps([str(code), str(tmp_path / "gone")]))
+    try:
+        check_checkpoint_files(tmp_path)  # the recorded folder is searched; the one that is gone is left out
+        assert str(code) in sys.path and str(tmp_path / "gone") not in sys.path
+    finally:
+        sys.path.remove(str(code))
+        sys.modules.pop("ckpt_user_module_xyz", None)
 
 
 def test_the_breakdown_names_the_envs_it_times_before_it_builds_anything():

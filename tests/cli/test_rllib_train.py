@@ -359,10 +359,19 @@ def test_python_files_hand_their_own_envs_to_tunes_trials(tmp_path):
         name="reach_exp.py",
     )
     coin = write(folder, COIN_EXPERIMENT, name="coin_exp.py")
-    out = rllib("train", "file", reach, coin, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2")
+    out = rllib(
+        "train", "file", reach, coin, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2", "--checkpoint-at-end"
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    for name, env in (("reach_exp", "reach1d_file_env:Reach1DFile-v0"), ("coin_exp", "coin-in-a-file")):
+    for name, env, code in (
+        ("reach_exp", "reach1d_file_env:Reach1DFile-v0", [str(folder.resolve())]),
+        ("coin_exp", "coin-in-a-file", None),
+    ):
         (progress,) = trial_progress(tmp_path / "results" / name)
         assert len(progress) == 1 and float(progress[0]["env_runners/num_env_steps_sampled_lifetime"]) > 0
         (params,) = glob.glob(str(tmp_path / "results" / name / "*" / "params.json"))
         assert json.load(open(params))["env"] == env
+        # the folder `evaluate` and `--resume` import the env's module from (none: a Tune-registered creator)
+        (checkpoint,) = glob.glob(str(tmp_path / "results" / name / "*" / "checkpoint_000000"))
+        recorded = os.path.join(checkpoint, "code_folders.json")
+        assert (json.load(open(recorded)) if os.path.exists(recorded) else None) == code
