@@ -27,6 +27,18 @@ def parse_sizes(text: str) -> list[int]:
     return sizes()(text)
 
 
+def suite_env(value: str) -> str:
+    """argparse type of ``--env`` where a benchmark steps an env of this package directly: an
+    unknown id ends the command in argparse's one line, before the first of several envs runs."""
+    import argparse
+
+    from rllib_gpuenv.envs import SHIPPED_DEFS, env_definition
+
+    if env_definition(value) is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an env of this package: {', '.join(SHIPPED_DEFS)}")
+    return value
+
+
 def default_sizes(cpu: str, gpu: str) -> str:
     """A benchmark's default sizes: larger where there is a GPU."""
     return gpu if torch.cuda.is_available() else cpu

@@ -36,7 +36,16 @@ from dataclasses import dataclass
 import torch
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import busy_processes, default_sizes, parse_sizes, pyplot, report, save_figure, time_calls
+from rllib_gpuenv.bench.common import (
+    busy_processes,
+    default_sizes,
+    parse_sizes,
+    pyplot,
+    report,
+    save_figure,
+    suite_env,
+    time_calls,
+)
 from rllib_gpuenv.experiments.progress import format_table
 
 logger = logging.getLogger(__name__)
@@ -375,6 +384,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--env",
         nargs="+",
+        type=suite_env,
         default=["GPUCartPole-v1"],
         metavar="ID",
         help="env id(s) of the suite or GPUBreakout-MinAtar (default: %(default)s); several write scaling_<id>.* each",

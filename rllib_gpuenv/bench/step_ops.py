@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import pyplot, report, save_figure
+from rllib_gpuenv.bench.common import pyplot, report, save_figure, suite_env
 from rllib_gpuenv.core import ops
 from rllib_gpuenv.experiments.progress import format_table
 
@@ -175,7 +175,7 @@ def plot_ops(rows: list[dict], out_dir: str) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--env", default="GPUCartPole-v1", help="an env of the suite (default: %(default)s)")
+    parser.add_argument("--env", type=suite_env, default="GPUCartPole-v1", help="an env of the suite (default: %(default)s)")
     parser.add_argument("--num-envs", type=options.count(), default=65536, help="envs stepped (default: %(default)s)")
     parser.add_argument(
         "--device", type=options.device, default="cpu", help="the device the step runs on (default: %(default)s)"

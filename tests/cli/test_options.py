@@ -27,6 +27,17 @@ from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_f
         (rllib_gpuenv_parser, ["bench", "scaling", "--num-envs", "0"], "argument --num-envs: must be at least 1, got 0"),
         (rllib_gpuenv_parser, ["bench", "scaling", "--num-envs", "64..4"], "argument --num-envs: '64..4' is an empty range"),
         (rllib_gpuenv_parser, ["bench", "scaling", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+        # every id is checked before the first env's benchmark runs
+        (
+            rllib_gpuenv_parser,
+            ["bench", "scaling", "--env", "GPUPendulum-v1", "gymnax:CartPole-v1"],
+            "argument --env: 'gymnax:CartPole-v1' is not an env of this package: GPUCartPole-v1, ",
+        ),
+        (
+            rllib_gpuenv_parser,
+            ["bench", "ops", "--env", "CartPole"],
+            "argument --env: 'CartPole' is not an env of this package",
+        ),
         (rllib_gpuenv_parser, ["bench", "breakdown", "--iterations", "0"], "argument --iterations: must be at least 1"),
         (rllib_gpuenv_parser, ["bench", "training", "--seeds", "0,a"], "argument --seeds: 'a' is not an integer"),
         (rllib_gpuenv_parser, ["bench", "update", "--minibatch-sizes", "128,-5"], "--minibatch-sizes: must be at least 1"),
