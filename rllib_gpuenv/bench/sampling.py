@@ -189,7 +189,9 @@ def _scanned(one_step, carry, rollout_length: int):
     import jax
 
     rollout = jax.jit(lambda carry: jax.lax.scan(one_step, carry, None, length=rollout_length)[0])
-    last = [carry]
+    # the first call, here: a carry the library made (its reset) may differ in form from the one a
+    # rollout returns (weak types), which JAX compiles for again; no timed call pays for that
+    last = [jax.block_until_ready(rollout(carry))]
 
     def call(_i):
         last[0] = jax.block_until_ready(rollout(last[0]))

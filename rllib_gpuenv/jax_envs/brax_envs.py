@@ -33,7 +33,7 @@ import sys
 import numpy as np
 import torch
 
-from rllib_gpuenv.jax_envs.vector_env import JaxVectorEnv, float_box, import_jax_package, split_keys
+from rllib_gpuenv.jax_envs.vector_env import JaxVectorEnv, float_box, import_jax_package, jit_functions, split_keys
 
 PREFIX = "brax:"
 EPISODE_LENGTH = 1000  # brax.envs.create's default
@@ -186,4 +186,4 @@ def vector_functions(env, num_envs: int, episode_length: int):
         flags = jnp.stack([terminated, truncated])
         return key, (state, steps), observations, after.reward.astype(jnp.float32), flags
 
-    return jax.jit(reset), jax.jit(step)
+    return jit_functions(reset, step)

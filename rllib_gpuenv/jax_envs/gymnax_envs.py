@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rllib_gpuenv.jax_envs.vector_env import JaxVectorEnv, float_box, import_jax_package, split_keys
+from rllib_gpuenv.jax_envs.vector_env import JaxVectorEnv, float_box, import_jax_package, jit_functions, split_keys
 
 PREFIX = "gymnax:"
 
@@ -147,4 +147,4 @@ def vector_functions(env, num_envs: int, one_hot: int | None = None):
         flags = jnp.stack([terminated.astype(bool), truncated.astype(bool)])
         return key, state, observations, rewards.astype(jnp.float32), flags
 
-    return jax.jit(reset), jax.jit(step)
+    return jit_functions(reset, step)

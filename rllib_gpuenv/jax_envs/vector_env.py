@@ -4,7 +4,7 @@ jit-compiled, vmapped ``reset`` and ``step`` on the JAX device that is the runne
 both ways: torch and JAX read the same memory, so actions and observations never visit the host.
 
 A family of JAX envs (``gymnax_envs.py``, ``brax_envs.py``) only says how its env is reset and
-stepped over ``num_envs`` envs, as two functions made by ``jax.jit``:
+stepped over ``num_envs`` envs, as two functions compiled by ``jit_functions``:
 
 * ``reset(key, params) -> (key, state, obs)``
 * ``step(key, state, actions, params) -> (key, state, (obs, final_obs), rewards, (terminated, truncated))``
@@ -23,6 +23,7 @@ a physics env compiles once per machine, not in every run and every env runner.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import time
@@ -188,6 +189,30 @@ class JaxVectorEnv(gym.vector.VectorEnv):
 
         self._key = jax.device_put(jax.random.wrap_key_data(saved["key"]), self.jax_device)
         self._state = jax.device_put(saved["state"], self.jax_device)
+
+
+def jit_functions(reset: Callable, step: Callable) -> tuple[Callable, Callable]:
+    """A family's ``reset`` and ``step`` jit-compiled, as ``JaxVectorEnv`` takes them, with the
+    envs' state in one form whichever function made it: no leaf weakly typed. gymnax's resets
+    make some from Python numbers (Pendulum's ``last_u = 0.0``), which its steps return strongly
+    typed; JAX compiles a function once per input form, so the second step would compile the
+    step again (1 s for gymnax's Pendulum on a 2-core CPU), as would a step after a restore."""
+    import jax
+
+    def settled(state):
+        return jax.tree.map(lambda x: x if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x.astype(x.dtype), state)
+
+    @functools.wraps(reset)  # the compiled functions keep their names (JAX's cache files: jit_reset-..., jit_step-...)
+    def settled_reset(key, params):
+        key, state, *out = reset(key, params)
+        return key, settled(state), *out
+
+    @functools.wraps(step)
+    def settled_step(key, state, actions, params):
+        key, state, *out = step(key, state, actions, params)
+        return key, settled(state), *out
+
+    return jax.jit(settled_reset), jax.jit(settled_step)
 
 
 def split_keys(key, num_envs: int):

@@ -108,13 +108,21 @@ def test_arrays_cross_between_jax_and_torch_without_a_copy(monkeypatch):
     assert env._to_jax(actions).unsafe_buffer_pointer() == actions.data_ptr()
 
 
-def test_a_gymnax_env_is_compiled_when_the_runner_makes_it():
-    """As Brax's (test_brax_envs.py): the runner's int64 actions step the function compiled with the env."""
-    config = DevicePPOConfig().environment("gymnax:CartPole-v1").env_runners(num_envs_per_env_runner=5)
+@pytest.mark.parametrize(
+    "env_id, actions", [("gymnax:CartPole-v1", torch.ones(5, dtype=torch.int64)), ("gymnax:Pendulum-v1", torch.zeros(5, 1))]
+)
+def test_a_gymnax_env_is_compiled_when_the_runner_makes_it(env_id, actions):
+    """As Brax's (test_brax_envs.py): the runner's actions (CartPole's int64) step the function
+    compiled with the env, whether the state comes from a reset, a step or a restore. (Pendulum's
+    reset made a weakly typed leaf that its step made strong: each env compiled its step twice.)"""
+    config = DevicePPOConfig().environment(env_id).env_runners(num_envs_per_env_runner=5)
     env = DeviceEnvRunner(config=config.devices(learner="cpu", env_runners="cpu")).env.unwrapped  # new sizes
     assert (env._reset._cache_size(), env._step._cache_size()) == (1, 1)
     env.reset(seed=0)
-    env.step(torch.ones(5, dtype=torch.int64))
+    env.step(actions)
+    env.step(actions)
+    env.set_state(env.get_state())
+    env.step(actions)
     assert (env._reset._cache_size(), env._step._cache_size()) == (1, 1)
 
 
