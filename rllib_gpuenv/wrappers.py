@@ -204,16 +204,25 @@ class DeviceMismatchError(RuntimeError):
     """A tensor is not on the device it should be on."""
 
 
-def _check_tree(tree: Any, device: torch.device, where: str, path: str = "") -> None:
+def _check_tree(tree: Any, device: torch.device, where: str, path: str = "", arrays: bool = True) -> None:
+    """Raise naming the first tensor in ``tree`` not on ``device``; where ``device`` is not the
+    CPU, a numpy array is named too (host memory: each step would copy it), except under
+    ``infos`` (``arrays=False``), which envs fill with host bookkeeping of their own."""
     if isinstance(tree, torch.Tensor):
         if tree.device != device:
             raise DeviceMismatchError(f"{where}: {path or 'tensor'} is on {tree.device}, expected {device}")
+    elif isinstance(tree, np.ndarray):
+        if arrays and device.type != "cpu":
+            raise DeviceMismatchError(
+                f"{where}: {path or 'array'} is a numpy array (host memory), expected a tensor on {device}: wrap the env "
+                f"in rllib_gpuenv.wrappers.DeviceEnv(env, {str(device)!r}), or return torch tensors on that device"
+            )
     elif isinstance(tree, dict):
         for key, value in tree.items():
-            _check_tree(value, device, where, f"{path}[{key!r}]" if path else str(key))
+            _check_tree(value, device, where, f"{path}[{key!r}]" if path else str(key), arrays and key != "infos")
     elif isinstance(tree, (list, tuple)):
         for i, value in enumerate(tree):
-            _check_tree(value, device, where, f"{path}[{i}]" if path else f"[{i}]")
+            _check_tree(value, device, where, f"{path}[{i}]" if path else f"[{i}]", arrays)
 
 
 class CheckDeviceEnv(VectorWrapper):

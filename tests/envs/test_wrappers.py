@@ -55,6 +55,11 @@ def test_check_device_names_the_misplaced_tensor_of_an_env():
     wrong = CheckDevice(CartPoleVectorEnv(2, device="cpu"), "meta")
     with pytest.raises(DeviceMismatchError, match=r"env.reset\(\) output: observations is on cpu, expected meta"):
         wrong.reset(seed=0)
+    # an env of numpy arrays (host memory) checked against a GPU: named, with the wrapper that moves them
+    host = CheckDevice(gym.make_vec("CartPole-v1", 2), "cuda:0")
+    with pytest.raises(DeviceMismatchError, match=r"env.reset\(\) output: observations is a numpy array \(host memory\), "):
+        host.reset(seed=0)
+    CheckDevice(gym.make_vec("CartPole-v1", 2), "cpu").reset(seed=0)  # on the CPU, numpy is where it should be
 
 
 def test_check_device_names_the_misplaced_tensor_of_a_module():
