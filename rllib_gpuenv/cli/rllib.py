@@ -264,6 +264,14 @@ def local_runtime_env(experiments) -> dict:
     return {"worker_process_setup_hook": SETUP_HOOK, **importable_folders_env(e.code_folder for e in experiments)}
 
 
+def cluster_runtime_env(experiments) -> dict | None:
+    """The runtime env asked for in a cluster this command joins (a job's, or ``--ray-address``):
+    the Python experiment files' folders, so that the trials import what the files import."""
+    from rllib_gpuenv.experiments.spec import importable_folders_env
+
+    return importable_folders_env(e.code_folder for e in experiments) or None
+
+
 def train_command(args) -> int:
     import ray
 
@@ -294,8 +302,9 @@ def train_command(args) -> int:
         object_store_memory=args.ray_object_store_memory,
         include_dashboard=args.ray_ui if address == "local" else None,  # 0.7 s to start, 0.3 s to stop here
         ignore_reinit_error=True,
-        # A Ray of our own: its trial processes start quietly too (a cluster's job keeps its own runtime env).
-        runtime_env=local_runtime_env(experiments) if address == "local" else None,
+        # A Ray of our own: its trial processes start quietly too. A cluster's job keeps its own runtime
+        # env, to which only the Python files' folders are added (``importable_folders_env``).
+        runtime_env=local_runtime_env(experiments) if address == "local" else cluster_runtime_env(experiments),
     )
     for experiment in experiments:  # all of them fit, or none runs
         if experiment.resource_search is None:

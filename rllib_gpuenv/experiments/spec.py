@@ -210,11 +210,28 @@ def python_file_module(path: str) -> types.ModuleType:
     return module
 
 
+JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: the job's config, runtime env included
+
+
 def importable_folders_env(folders) -> dict:
     """``runtime_env`` settings under which Ray's workers import what Python experiment files
     import from their own folders (``Experiment.code_folder``): Ray passes on only the driver's
-    working folder and script folder."""
+    working folder and script folder.
+
+    In a job (``ray job submit``), Ray merges these with the job's runtime env. A folder inside
+    the job's working folder (``--working-dir``, every worker's working folder, on every node) is
+    named relative to it, as no other node has the head's path. A job whose runtime env sets
+    PYTHONPATH itself keeps it: Ray refuses a second."""
     folders = list(dict.fromkeys(f for f in folders if f))
+    job = os.environ.get(JOB_CONFIG_VARIABLE)
+    if job:
+        import json
+
+        job_env = (json.loads(job).get("runtime_env") or {}).get("env_vars") or {}
+        if "PYTHONPATH" in job_env:
+            return {}
+        here = os.getcwd()
+        folders = [os.path.relpath(f, here) if f == here or f.startswith(here + os.sep) else f for f in folders]
     if not folders:
         return {}
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

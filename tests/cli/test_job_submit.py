@@ -16,6 +16,7 @@ Readiness is waited for, never assumed: the head's start, then the job agent (a 
 "No available agent to submit job" is retried). The deadlines only stop a test that would hang.
 """
 
+import itertools
 import os
 import re
 import shutil
@@ -122,7 +123,7 @@ def iterations(text: str) -> list[int]:
     return [int(m) for m in re.findall(r"^DevicePPO_\S+\s+(\d+)\s", text, re.M)]
 
 
-def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head):
+def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head, tmp_path):
     recipe, env = recipe_and_head
     submitted = submit_when_the_agent_is_ready(recipe["submit"], env)
     assert submitted.returncode == 0, submitted.stdout[-2000:] + submitted.stderr[-3000:]
@@ -142,20 +143,46 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head)
     stopped = bash(recipe["stop"].replace("<id>", job_id), env, timeout=300)  # a finished job: nothing to stop
     assert job_id in stopped.stdout + stopped.stderr, stopped.stdout + stopped.stderr
 
-    # The stop line's comment: a job stopped early goes on when submitted again with --resume.
-    longer = recipe["submit"].replace(
-        """--stop '{"training_iteration": 20}'""",
-        # a return the file's 475 never reaches, so that only the 200 iterations end it
-        f"""--stop '{{"training_iteration": 200, "env_runners/episode_return_mean": 1000}}' --checkpoint-freq 2 """
-        f"""--storage-path {env["HOME"]}/stopped""",
+    # The stop line's comment: a job stopped early goes on when submitted again with --resume. This
+    # job's working folder holds a Python experiment in a subfolder, beside the module that defines
+    # its env: the trials (other processes) import that module from the subfolder, named relative
+    # to the working folder (``importable_folders_env``), which is theirs on every node.
+    project = tmp_path / "project"
+    (project / "exps").mkdir(parents=True)
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    source = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'id="Reach1D-v0"' in b)
+    (project / "exps" / "reach1d_job_env.py").write_text(source.replace("Reach1D-v0", "Reach1DJob-v0"))
+    (project / "exps" / "reach.py").write_text(
+        "import reach1d_job_env  # registers Reach1DJob-v0\n"
+        "from rllib_gpuenv.rllib import DevicePPOConfig\n\n"
+        'config = DevicePPOConfig().environment("Reach1DJob-v0", env_config={"backend": "torch"})\n'
+        "config.env_runners(num_envs_per_env_runner=16)\n"
+        "config.device_rollouts(rollout_length=32).training(minibatch_size=256, num_epochs=2)\n"
     )
-    assert longer != recipe["submit"]
+    longer = (
+        recipe["submit"]
+        .replace("--working-dir .", f"--working-dir {project}")
+        .replace("configs/gpu_cartpole_ppo.yaml", "exps/reach.py")
+        .replace(
+            """--stop '{"training_iteration": 20}'""",
+            # a return Reach1D never reaches (10 at most), so that only the 200 iterations end it
+            f"""--stop '{{"training_iteration": 200, "env_runners/episode_return_mean": 1000}}' --checkpoint-freq 2 """
+            f"""--storage-path {env["HOME"]}/stopped""",
+        )
+    )
+    assert longer.count(str(project)) == 1 and "exps/reach.py" in longer and "1000" in longer
     running = submit_when_the_agent_is_ready(longer, env)
     assert running.returncode == 0, running.stdout[-2000:] + running.stderr[-3000:]
     running_id = re.search(r"raysubmit_\w+", running.stdout + running.stderr).group(0)
     deadline = time.monotonic() + HANG_GUARD_S  # the wait is for the job's fifth row, not for a time
-    while max(iterations(bash(recipe["logs"].replace("--follow <id>", running_id), env).stdout), default=0) < 5:
+    for poll in itertools.count():
+        logs = bash(recipe["logs"].replace("--follow <id>", running_id), env).stdout
+        if max(iterations(logs), default=0) >= 5:
+            break
         assert time.monotonic() < deadline, "the job printed no fifth row"
+        if poll % 5 == 4:  # a job that ended (a trial that failed) prints no more rows: said at once
+            status = bash(recipe["status"].replace("<id>", running_id), env, timeout=300).stdout
+            assert "RUNNING" in status or "PENDING" in status, status + logs[-5000:]
         time.sleep(2)
     bash(recipe["stop"].replace("<id>", running_id), env, timeout=300)
     logs = bash(recipe["logs"].replace("<id>", running_id), env).stdout  # --follow: until the job has ended
@@ -166,5 +193,6 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head)
     resumed = submit_when_the_agent_is_ready(longer.replace("--no-wait", "") + " --resume", env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming" in resumed.stdout and ": TERMINATED after 200 iteration(s)" in resumed.stdout, resumed.stdout[-5000:]
+    assert "reach1d_job_env:Reach1DJob-v0" in resumed.stdout, resumed.stdout[-3000:]  # the trials trained on it
     went_on = iterations(resumed.stdout)
     assert went_on and 1 < min(went_on) <= stopped_at + 1, went_on  # from a checkpoint, not from iteration 1
