@@ -119,7 +119,10 @@ class IterationLines:
         new_steps, new_episodes = steps - self.steps, episodes - self.episodes
         self.steps, self.episodes = steps, episodes
         rate = new_steps / iteration_s if iteration_s > 0 else math.nan
-        ended = f"{new_episodes:4d} episodes" if new_episodes else "no episode ended (return as before)"
+        if new_episodes:
+            ended = f"{new_episodes:4d} episodes"
+        else:  # the return shown is the last one measured, if any was
+            ended = "no episode ended (return as before)" if ret == ret else "no episode ended yet"
         iteration = result[TRAINING_ITERATION]
         evaluation = ""
         if self.evaluation_interval and iteration % self.evaluation_interval == 0:

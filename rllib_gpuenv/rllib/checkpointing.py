@@ -80,12 +80,17 @@ def module_root(module: str) -> str | None:
     for _ in range(module.count(".") + (Path(spec.origin).name == "__init__.py")):
         root = root.parent
     installed = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    return None if root in installed else str(root)
+    if root in installed or {"site-packages", "dist-packages"} & set(root.parts):  # a venv's, the system's
+        return None
+    return str(root)
 
 
 def record_code_folders(checkpoint, config, folders=()) -> None:
     """Write into ``checkpoint`` the folders its run imported user code from: ``folders`` (a
-    Python experiment file's) and the root of the module that a ``module:Env-v0`` env names."""
+    Python experiment file's) and the root of the module that a ``module:Env-v0`` env names.
+    A checkpoint that is not a local folder (saved through a cloud ``filesystem``) gets none."""
+    if not os.path.isdir(checkpoint):
+        return
     env = config.env if isinstance(config.env, str) else ""
     roots = [*folders, module_root(env.split(":", 1)[0]) if ":" in env else None]
     file = Path(checkpoint) / CODE_FILE
@@ -97,16 +102,14 @@ def record_code_folders(checkpoint, config, folders=()) -> None:
 
 def use_code_folders(checkpoint) -> list[str]:
     """Put the folders a checkpoint's run imported user code from (``record_code_folders``) on
-    ``sys.path``, as they were when it trained, and return them (for Ray workers' PYTHONPATH).
-    Folders that no longer exist are left out."""
+    ``sys.path`` and return them (for Ray workers' PYTHONPATH). They go last, where they shadow
+    nothing installed. Folders that no longer exist are left out."""
     file = Path(checkpoint).expanduser() / CODE_FILE
     try:
         folders = [f for f in json.loads(file.read_text()) if os.path.isdir(f)]
     except (OSError, ValueError, TypeError):
         return []
-    for folder in reversed(folders):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    sys.path.extend(f for f in folders if f not in sys.path)
     return folders
 
 
