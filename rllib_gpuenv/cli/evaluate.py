@@ -17,7 +17,9 @@ an error saying so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib
 import logging
 import os
 import pickle
@@ -165,6 +167,7 @@ def evaluate(
 ) -> Evaluation:
     """Play ``episodes`` deterministic episodes of the checkpoint's policy at once; record env 0 if asked."""
     from rllib_gpuenv.core.devices import resolve_device
+    from rllib_gpuenv.envs import env_definition
     from rllib_gpuenv.jax_envs import is_jax_id
     from rllib_gpuenv.rllib.env_runner import as_the_module_sees_it, make_device_env
 
@@ -178,6 +181,18 @@ def evaluate(
         raise EvaluationError(
             f"--video: {config.env} is a JAX env (gymnax's or Brax's), which has no rgb_array renderer to record: "
             "evaluate it without --video"
+        )
+    definition = None
+    if video is not None and isinstance(config.env, str):
+        env_module = config.env.rpartition(":")[0]
+        if env_module:  # "my_env:MyEnv-v0": the module registers the definition (a missing one fails below, naming it)
+            with contextlib.suppress(ImportError):
+                importlib.import_module(env_module)
+        definition = env_definition(config.env)
+    if video is not None and definition is not None and definition.gymnasium_env is None:
+        raise EvaluationError(
+            f"--video: {definition.id} has no renderer to record (its definition names no gymnasium env to draw it, "
+            "gymnasium_env=None): evaluate it without --video"
         )
     module = module.to(torch_device).eval()
     env_config = dict(config.env_config or {})

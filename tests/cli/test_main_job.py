@@ -379,3 +379,5 @@ def test_a_python_file_s_env_module_reaches_the_main_job_s_remote_runner(tmp_pat
     played = run_module("rllib_gpuenv.cli", "evaluate", checkpoint, "--episodes", "2")
     assert played.returncode == 0, played.stderr[-3000:]
     assert "2 episodes: mean return" in played.stdout, played.stdout
+    recorded = run_module("rllib_gpuenv.cli", "evaluate", checkpoint, "--video", str(tmp_path / "reach.gif"))
+    assert recorded.returncode == 2 and "--video: Reach1DJob-v0 has no renderer to record" in recorded.stderr, recorded.stderr
