@@ -234,8 +234,11 @@ def importable_folders_env(folders) -> dict:
         folders = [os.path.relpath(f, here) if f == here or f.startswith(here + os.sep) else f for f in folders]
     if not folders:
         return {}
+    from rllib_gpuenv.rllib.checkpointing import CODE_FOLDERS_VARIABLE
+
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(folders + inherited)}}
+    # the folders again on their own: the checkpoints the trials save record them (``record_code_folders``)
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(folders + inherited), CODE_FOLDERS_VARIABLE: os.pathsep.join(folders)}}
 
 
 def run_python_file(path: str) -> dict:

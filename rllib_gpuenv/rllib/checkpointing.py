@@ -20,8 +20,9 @@ A truncated or otherwise unreadable checkpoint file is an error that names the f
 anything else is restored.
 
 A checkpoint of an env of the user's own (``my_env:MyEnv-v0``, its module beside the experiment
-file) records the folder that module was imported from (``CODE_FILE``), so that ``evaluate`` and
-``--resume``, run from another folder, import it as the training did.
+file) records the folder that module was imported from, and a Python experiment file's folder
+(``CODE_FILE``), so that ``evaluate`` and ``--resume``, run from another folder, import what the
+training imported.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class CheckpointError(ValueError):
 
 MARKER = "rllib_checkpoint.json"  # what RLlib writes at the top of an algorithm's checkpoint
 CODE_FILE = "code_folders.json"  # beside the state: the folders the run imported the user's env module from
+# Python experiment files' folders, in the environment of the Ray workers that train them (their runtime env)
+CODE_FOLDERS_VARIABLE = "RLLIB_GPUENV_CODE_FOLDERS"
 
 
 def checkpoints_below(path: Path, depth: int = 4) -> list[Path]:
@@ -87,7 +90,9 @@ def module_root(module: str) -> str | None:
 
 def record_code_folders(checkpoint, config, folders=()) -> None:
     """Write into ``checkpoint`` the folders its run imported user code from: ``folders`` (a
-    Python experiment file's) and the root of the module that a ``module:Env-v0`` env names.
+    Python experiment file's, whose other modules it may import: callbacks, networks) and the
+    root of the module that a ``module:Env-v0`` env names. Relative folders are taken from the
+    working folder (a job's working folder).
     A checkpoint that is not a local folder (saved through a cloud ``filesystem``) gets none."""
     if not os.path.isdir(checkpoint):
         return
@@ -199,7 +204,8 @@ class ResumesExactly:
 
     def save_to_path(self, path=None, *args, **kwargs) -> str:
         path = super().save_to_path(path, *args, **kwargs)
-        record_code_folders(path, self.config)
+        files = os.environ.get(CODE_FOLDERS_VARIABLE, "")  # a Tune trial of Python experiment files
+        record_code_folders(path, self.config, [f for f in files.split(os.pathsep) if f])
         return path
 
     def get_state(self, *args, **kwargs) -> dict:
