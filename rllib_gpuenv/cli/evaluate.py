@@ -17,9 +17,7 @@ an error saying so.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import importlib
 import logging
 import os
 import pickle
@@ -169,7 +167,7 @@ def evaluate(
     from rllib_gpuenv.core.devices import resolve_device
     from rllib_gpuenv.envs import env_definition
     from rllib_gpuenv.jax_envs import is_jax_id
-    from rllib_gpuenv.rllib.env_runner import as_the_module_sees_it, make_device_env
+    from rllib_gpuenv.rllib.env_runner import as_the_module_sees_it, check_prefixed_id, make_device_env
 
     if episodes < 1:
         raise EvaluationError(f"--episodes must be at least 1, got {episodes}")
@@ -184,10 +182,8 @@ def evaluate(
         )
     definition = None
     if video is not None and isinstance(config.env, str):
-        env_module = config.env.rpartition(":")[0]
-        if env_module:  # "my_env:MyEnv-v0": the module registers the definition (a missing one fails below, naming it)
-            with contextlib.suppress(ImportError):
-                importlib.import_module(env_module)
+        if ":" in config.env:  # "my_env:MyEnv-v0": importing the module registers the definition
+            check_prefixed_id(config.env)
         definition = env_definition(config.env)
     if video is not None and definition is not None and definition.gymnasium_env is None:
         raise EvaluationError(
