@@ -54,6 +54,25 @@ def _validated(config) -> dict:
     return config.to_dict()
 
 
+def test_tune_finds_the_device_algorithms_by_name_as_it_finds_rllib_s(ray_local, tmp_path):
+    """`tune.Tuner("DevicePPO", param_space=...)`, as RLlib's docs write `tune.Tuner("PPO", ...)`: the
+    name is found in this module's Ray session, which is not the first of this test process."""
+    from ray import tune
+    from ray.tune.registry import get_trainable_cls
+
+    from rllib_gpuenv.rllib import DeviceDQN, DevicePPO, DeviceSAC
+
+    assert [get_trainable_cls(name) for name in ("DevicePPO", "DeviceDQN", "DeviceSAC")] == [DevicePPO, DeviceDQN, DeviceSAC]
+    config = DevicePPOConfig().environment("GPUCartPole-v1").device_rollouts(rollout_length=8)
+    param_space = {
+        **config.training(minibatch_size=64, num_epochs=1).to_dict(),
+        "num_envs_per_env_runner": tune.grid_search([8]),
+    }
+    run = tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path), verbose=0)
+    (result,) = tune.Tuner("DevicePPO", param_space=param_space, run_config=run).fit()
+    assert result.error is None and result.metrics["env_runners"]["num_env_steps_sampled_lifetime"] == 2 * 8 * 8
+
+
 def test_ranking_puts_reached_targets_first_by_time_then_misses_by_return():
     rows = [
         {"name": "miss-high", "time_to_target_s": math.inf, "return": 300.0, "env_steps_per_s": 1.0},
