@@ -46,27 +46,27 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # --no-loadscope-reorder keeps this order), so long files first and short ones last lets both end
 # together, rather than one waiting out the other's last long file (about 50 s when left to
 # xdist's order, which puts the files with the most tests first).
-LONGEST_FIRST = [  # summed test seconds per file, from a fresh clone (caches empty) on a slow 2-core machine, 2026-11-26
-    "rllib/test_learners.py",  # 179
-    "cli/test_job_submit.py",  # 110-180 since its second job (stopped, then --resume'd; 70 alone): the agent's readiness
-    "bench/test_benchmarks.py",  # 157
-    "bench/test_training_races.py",  # 156
-    "rllib/test_training.py",  # 149
-    "cli/test_rllib_train.py",  # 144
-    "rllib/test_cluster.py",  # 116
-    "test_examples.py",  # 79
+LONGEST_FIRST = [  # summed test seconds per file under the full suite on a slow 2-core machine, 2026-11-28
+    "cli/test_job_submit.py",  # 225 (132 alone): three jobs, one stopped and resumed; the agent's readiness
+    "rllib/test_learners.py",  # 222
+    "cli/test_rllib_train.py",  # 221
+    "bench/test_training_races.py",  # 205
+    "bench/test_benchmarks.py",  # 147
+    "cli/test_main_job.py",  # 126
+    "cli/test_restore.py",  # 109
+    "rllib/test_training.py",  # 105
     "rllib/test_jax_envs.py",  # 70 with JAX's compilation cache empty (CI), ~34 with it warm
-    "rllib/test_brax_envs.py",  # 68 with JAX's compilation cache empty (CI), ~18 with it warm
-    "experiments/test_tune_resources.py",  # 66
-    "rllib/test_suite_training.py",  # 64
-    "cli/test_main_job.py",  # 62
-    "envs/test_envs_vs_gymnasium.py",  # 58
-    "rllib/test_resume.py",  # 55
-    "rllib/test_dqn.py",  # 46
-    "rllib/test_sac.py",  # ~30 alone (2026-11-27)
-    "cli/test_command_endings.py",  # 43
-    "cli/test_restore.py",  # ~80 alone (2026-11-27)
-    "cli/test_evaluate.py",  # 33
+    "rllib/test_cluster.py",  # 70
+    "rllib/test_brax_envs.py",  # 68 with JAX's compilation cache empty (CI), ~21 with it warm
+    "rllib/test_sac.py",  # 66
+    "experiments/test_tune_resources.py",  # 65
+    "cli/test_evaluate.py",  # 57
+    "cli/test_command_endings.py",  # 55
+    "rllib/test_resume.py",  # 51
+    "test_examples.py",  # 46
+    "rllib/test_dqn.py",  # 45
+    "envs/test_envs_vs_gymnasium.py",  # 38
+    "rllib/test_lean_update.py",  # 35
     "backends/test_cuda_compile.py",  # 32
 ]
 
