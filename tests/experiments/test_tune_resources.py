@@ -56,7 +56,8 @@ def _validated(config) -> dict:
 
 def test_tune_finds_the_device_algorithms_by_name_as_it_finds_rllib_s(ray_local, tmp_path):
     """`tune.Tuner("DevicePPO", param_space=...)`, as RLlib's docs write `tune.Tuner("PPO", ...)`: the
-    name is found in this module's Ray session, which is not the first of this test process."""
+    name is found in this module's Ray session. Under the suite that is seldom its test process's
+    first (a name sent only to the first session would be missing here); run alone, it is."""
     from ray import tune
     from ray.tune.registry import get_trainable_cls
 
