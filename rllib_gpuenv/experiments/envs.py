@@ -202,5 +202,5 @@ def check_env_runner(config: Any, where: str) -> None:
             where,
             "env",
             f"{config.env!r} is one of gymnax's or Brax's JAX envs, which run on the device env runner only: use DevicePPO, "
-            "DeviceDQN or DeviceSAC (run: DevicePPO), or env_runner_cls=DeviceEnvRunner",
+            "DeviceDQN or DeviceSAC (run: DevicePPO)",
         )

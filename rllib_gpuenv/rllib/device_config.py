@@ -142,6 +142,7 @@ class DeviceRolloutsConfig:
         if isinstance(self.env, str) and ":" in self.env:
             check_prefixed_id(self.env)  # "gymnax:CartPole-v1" is not gymnasium's CartPole-v1
         device_runners = isinstance(self.env_runner_cls, type) and issubclass(self.env_runner_cls, DeviceEnvRunner)
+        self._check_what_the_device_path_runs(device_runners)
         if device_runners and self.merge_env_runner_states == "training_only":  # RLlib's default
             # After every iteration RLlib gathers the remote runners' connector states (a blocking
             # call to each, up to sync_filters_on_rollout_workers_timeout_s for one that hangs) to
@@ -153,7 +154,8 @@ class DeviceRolloutsConfig:
             raise ValueError(
                 "gym_env_vectorize_mode='async' asks for gymnasium's AsyncVectorEnv, but the device env runner steps its "
                 "envs in its own process (this package's ids batched on its device, other ids through gymnasium's sync "
-                "vectorisation): leave it unset, or use RLlib's env runner (env_runner_cls=SingleAgentEnvRunner)"
+                f"vectorisation): leave it unset, or use RLlib's {self.algo_class.__name__.removeprefix('Device')} "
+                "on its own env runners"
             )
         for flag in ("lean_update", "cuda_graphs"):  # the learners' update paths (rllib/lean_update.py)
             if not isinstance(getattr(self, flag, True), bool):
@@ -171,6 +173,39 @@ class DeviceRolloutsConfig:
                 "env runners too: set num_env_runners=0, or layout='separate' (or 'auto')"
             )
         self._place_learner()
+
+    def _check_what_the_device_path_runs(self, device_runners: bool) -> None:
+        """Refuse what the device path would otherwise drop in silence: RLlib's env runners for
+        training (their episodes are no rollouts), connectors (none runs between the device env,
+        the module and the learner) and recurrent modules (no state is carried between steps)."""
+        stock = f"RLlib's {self.algo_class.__name__.removeprefix('Device')}"
+        if not device_runners and not self.in_evaluation:
+            name = getattr(self.env_runner_cls, "__name__", repr(self.env_runner_cls))
+            raise ValueError(
+                f"{self.algo_class.__name__} trains on DeviceEnvRunner's rollouts, but env_runner_cls={name} returns "
+                f"episodes: leave env_runner_cls unset (or give a subclass of DeviceEnvRunner), or use {stock} "
+                "for RLlib's env runners"
+            )
+        if not device_runners:
+            return  # evaluation on RLlib's runners: its connectors and modules are RLlib's business
+        connectors = {
+            "env_runners(env_to_module_connector=...)": self._env_to_module_connector,
+            "env_runners(module_to_env_connector=...)": self._module_to_env_connector,
+            "training(learner_connector=...)": self._learner_connector,
+        }
+        for setting, value in connectors.items():
+            if value is not None:
+                raise ValueError(
+                    f"{setting} is given, but the device path runs no connectors (observations go from the device env "
+                    "to the module, and rollouts to the learner, as tensors): normalise or reshape observations in the "
+                    "env (device_rollouts(rescale_observations=True) rescales bounded ones to [-1, 1]), or use "
+                    f"{stock} on its own env runners"
+                )
+        if self.model_config.get("use_lstm"):
+            raise ValueError(
+                "model_config use_lstm=True asks for a recurrent module, but the device env runner carries no state "
+                f"between steps: leave use_lstm off, or use {stock} on its own env runners"
+            )
 
     def _place_learner(self) -> None:
         """Turn ``learner_device`` into RLlib's ``num_gpus_per_learner`` and ``local_gpu_idx``.

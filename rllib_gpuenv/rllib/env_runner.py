@@ -10,8 +10,8 @@ clipped to the space before ``env.step`` as RLlib's ``NormalizeAndClipActions`` 
 log-probability is that of the unclipped sample. What the rollout becomes (advantages,
 replay transitions) is the algorithm's business (``ppo.py``, ``dqn.py``).
 
-Plug it in with ``config.env_runners(env_runner_cls=DeviceEnvRunner)``; ``DevicePPOConfig`` and
-``DeviceDQNConfig`` do that for you.
+``DevicePPOConfig``, ``DeviceDQNConfig`` and ``DeviceSACConfig`` plug it in: their algorithms train
+on its rollouts. RLlib's own algorithms take episodes and cannot; it refuses their configs.
 """
 
 from __future__ import annotations
@@ -279,6 +279,12 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
 
     def make_env(self) -> None:
         config = self.config
+        if not hasattr(config, "rollout_length"):  # not a DeviceRolloutsConfig: an algorithm that wants episodes
+            raise ValueError(
+                f"DeviceEnvRunner returns rollouts, which only the device algorithms train on, not RLlib's "
+                f"{config.algo_class.__name__}: use DevicePPOConfig, DeviceDQNConfig or DeviceSACConfig (they plug this "
+                f"runner in) instead of {type(config).__name__} with env_runner_cls=DeviceEnvRunner"
+            )
         worker = self.worker_index or 0
         self._device = self._choose_device()
         # With colocated learners the driver's runner samples nothing: one env gives the spaces.
@@ -337,6 +343,11 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def make_module(self) -> None:
         """RLlib's inference-only module (the actor; the algorithm syncs its weights), on the device."""
         super().make_module()
+        if self.module is not None and self.module.is_stateful():  # a module of the user's (use_lstm: validate())
+            raise ValueError(
+                f"{type(self.module).__name__} is stateful (get_initial_state() gives a recurrent state), but the device "
+                "env runner carries no state between steps: use a stateless module, or RLlib's own algorithm and env runners"
+            )
         if getattr(self.config, "check_devices", False):
             CheckDevice(self.module, self._device)
 

@@ -10,7 +10,13 @@ import pytest
 import ray
 import torch
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.connectors.env_to_module import MeanStdFilter
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis import ValueFunctionAPI
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
 import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
@@ -103,6 +109,50 @@ def test_device_env_wrapper_trains_another_gymnasium_env():
         assert results[-1]["learners"]["default_policy"]["num_module_steps_trained"] > 0
     finally:
         algo.stop()
+
+
+class TwoTowers(TorchRLModule, ValueFunctionAPI):
+    """An RLModule of a user's own, as RLlib's docs write one: separate policy and value MLPs."""
+
+    def setup(self):
+        width, obs = self.model_config.get("width", 32), self.observation_space.shape[0]
+        self.pi = torch.nn.Sequential(
+            torch.nn.Linear(obs, width), torch.nn.Tanh(), torch.nn.Linear(width, self.action_space.n)
+        )
+        if not self.inference_only:
+            self.vf = torch.nn.Sequential(torch.nn.Linear(obs, width), torch.nn.Tanh(), torch.nn.Linear(width, 1))
+
+    def _forward(self, batch, **kwargs):
+        return {Columns.ACTION_DIST_INPUTS: self.pi(batch[Columns.OBS])}
+
+    def compute_values(self, batch, embeddings=None):
+        return self.vf(batch[Columns.OBS]).squeeze(-1)
+
+
+class RecurrentTowers(TwoTowers):
+    def get_initial_state(self):
+        return {"h": torch.zeros(8)}
+
+
+def test_your_own_rl_module_trains_on_the_device_path_and_a_stateful_one_is_refused():
+    """``rl_module(rl_module_spec=...)`` works as with RLlib's PPO: the runner acts with the user's
+    module (inference-only: no value tower), the learner trains both towers and syncs the policy
+    back. A stateful module fails when built, naming why, where it would act without its state."""
+    spec = RLModuleSpec(module_class=TwoTowers, model_config={"width": 16})
+    algo = cartpole_config(device="cpu", seed=0).rl_module(rl_module_spec=spec).build_algo()
+    try:
+        runner, learner = algo.env_runner.module, algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        assert type(runner) is TwoTowers and runner.inference_only and not hasattr(runner, "vf")
+        value_weights = learner.vf[0].weight.detach().clone()
+        for _ in range(3):
+            result = algo.train()
+        assert result["learners"][DEFAULT_MODULE_ID]["vf_loss"] > 0
+        assert not torch.equal(learner.vf[0].weight, value_weights)  # the value tower trained
+        assert torch.equal(runner.pi[0].weight, learner.pi[0].weight)  # the runner acts with what was trained
+    finally:
+        algo.stop()
+    with pytest.raises(ValueError, match=r"RecurrentTowers is stateful.*device env runner carries no state between steps"):
+        cartpole_config(device="cpu").rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentTowers)).build_algo()
 
 
 def test_checkpoint_restore_and_continue(tmp_path):
@@ -205,12 +255,28 @@ def test_checkpoint_of_a_gpu_learner_restores_on_the_cpu(tmp_path):
         (lambda c: c.device_rollouts(cuda_graph="no"), r"device_rollouts\(cuda_graph=...\) must be true or false, got 'no'"),
         (
             lambda c: c.env_runners(gym_env_vectorize_mode="async"),
-            r"gym_env_vectorize_mode='async'.*device env runner steps its envs in its own process.*SingleAgentEnvRunner",
+            r"gym_env_vectorize_mode='async'.*device env runner steps its envs in its own process.*RLlib's PPO on its own",
         ),
         (
             lambda c: c.env_runners(gym_env_vectorize_mode=gym.VectorizeMode.ASYNC),
             r"gym_env_vectorize_mode='async'",
         ),
+        # what the device path would otherwise drop in silence (or crash on, deep in a training step)
+        (
+            lambda c: c.env_runners(env_runner_cls=SingleAgentEnvRunner),
+            r"DevicePPO trains on DeviceEnvRunner's rollouts, but env_runner_cls=SingleAgentEnvRunner returns episodes",
+        ),
+        (
+            lambda c: c.env_runners(env_to_module_connector=lambda env, spaces, device: MeanStdFilter()),
+            r"env_to_module_connector=...\) is given, but the device path runs no connectors.*rescale_observations",
+        ),
+        (lambda c: c.env_runners(module_to_env_connector=lambda env, spaces: []), r"module_to_env_connector"),
+        (lambda c: c.training(learner_connector=lambda obs, act: []), r"learner_connector=...\) is given"),
+        (
+            lambda c: c.rl_module(model_config=DefaultModelConfig(use_lstm=True)),
+            r"use_lstm=True asks for a recurrent module.*RLlib's PPO on its own env runners",
+        ),
+        (lambda c: c.rl_module(model_config={"use_lstm": True}), r"use_lstm=True"),
         # a prefix names the library the id must come from: never a silent fall-back to gymnasium's own id
         (
             lambda c: c.environment("json:CartPole-v1"),
@@ -231,6 +297,13 @@ def test_bad_configs_fail_clearly(change, message):
     )
     with pytest.raises(ValueError, match=message):
         change(config).validate()
+
+
+def test_rllibs_own_algorithms_refuse_the_device_runner():
+    """RLlib's PPO would hand the runner's rollout to its episode-based learner connector."""
+    config = PPOConfig().environment("GPUCartPole-v1").env_runners(env_runner_cls=DeviceEnvRunner, num_env_runners=0)
+    with pytest.raises(ValueError, match=r"not RLlib's PPO: use DevicePPOConfig.*instead of PPOConfig"):
+        config.build_algo()
 
 
 def test_gpu_runner_device_where_there_is_none():
@@ -258,7 +331,7 @@ class StateRequestsKept(DeviceEnvRunner):
 def test_remote_device_runners_send_batches_through_ray():
     """Rollouts go through Ray; after each iteration the runner is not asked for its connector
     states (it runs none: RLlib's merge of them, a blocking call, is off), yet gets the env-step
-    count RLlib broadcasts (exploration schedules read it). RLlib's stock runner keeps the merge."""
+    count RLlib broadcasts (exploration schedules read it)."""
     config = (
         DevicePPOConfig()
         .environment("GPUCartPole-v1")
@@ -270,8 +343,6 @@ def test_remote_device_runners_send_batches_through_ray():
     )
     assert config.validate() is None and config.train_batch_size_per_learner == 128
     assert config.merge_env_runner_states is False
-    stock = DevicePPOConfig().env_runners(env_runner_cls=SingleAgentEnvRunner, gym_env_vectorize_mode="vector_entry_point")
-    assert stock.environment("GPUCartPole-v1").validate() is None and stock.merge_env_runner_states == "training_only"
     algo = config.build_algo()
     try:
         results = [algo.train() for _ in range(2)]
