@@ -16,6 +16,13 @@ own records but ``Algorithm.from_checkpoint`` starts again at 0) and the time sp
 (``evaluation_time_total_s``, summed by ``experiments.progress.EvaluationTime``), so that a
 resumed run's times count from its start, as its iterations and env steps do.
 
+The learners' schedules are set from the restored env-step count and the config the algorithm
+was built with, not left as the checkpoint had them: RLlib restores each optimizer's learning rate
+from the checkpoint and sets it from the config only after the next update, and starts PPO's
+entropy-coefficient schedule at step 0. A run resumed with a new ``lr`` (Tune's
+PopulationBasedTraining after it clones a trial, a fine-tuning run from a checkpoint) trained its
+first iteration with the old one, and a resumed entropy schedule was one iteration off.
+
 A truncated or otherwise unreadable checkpoint file is an error that names the file, before
 anything else is restored.
 
@@ -38,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 RANDOM_GENERATORS = "random_generators"
 CLOCKS = "clocks"
@@ -196,6 +204,17 @@ def set_random_generator_states(state: dict) -> None:
     random.setstate(state["python"])
 
 
+def follow_schedules(learner, timestep: int) -> None:
+    """Set ``learner``'s scheduled values (learning rates; PPO's entropy coefficient) to those its
+    config gives at ``timestep``: where RLlib's update leaves them after the update at that step."""
+    for optimizer, schedule in learner._optimizer_lr_schedules.items():
+        learner._set_optimizer_lr(optimizer, lr=schedule.update(timestep=timestep))
+    entropy = getattr(learner, "entropy_coeff_schedulers_per_module", None)
+    if entropy is not None:
+        for module_id in learner.module.keys():
+            entropy[module_id].update(timestep=timestep)
+
+
 class ResumesExactly:
     """Mixin for an ``Algorithm``: checkpoints carry the process's random generators, and
     restoring checks the files first (see the module doc)."""
@@ -227,6 +246,9 @@ class ResumesExactly:
         check_checkpoint_files(path)
         self._restored_generators = None
         result = super().restore_from_path(path, *args, **kwargs)
+        if self.learner_group is not None:
+            steps = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+            self.learner_group.foreach_learner(follow_schedules, timestep=int(steps))
         if self._restored_generators is not None:  # last: restoring the components draws nothing after this
             set_random_generator_states(self._restored_generators)
         return result

@@ -16,12 +16,15 @@ from tests.helpers import run_python
 pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
 
 
-def small_config(backend: str, rllib_defaults: bool = False):
-    """The main job's settings at a small size; ``rllib_defaults``: PPO's settings left at RLlib's
-    defaults instead (its adaptive KL loss among them), only the shape set."""
+def small_config(backend: str, rllib_defaults: bool = False, schedules: bool = False):
+    """The main job's settings at a small size (256 env steps an iteration); ``rllib_defaults``:
+    PPO's settings left at RLlib's defaults instead (its adaptive KL loss among them), only the
+    shape set; ``schedules``: lr and entropy coefficient scheduled over the first 1,536 steps."""
     config = DevicePPOConfig().environment("GPUCartPole-v1").devices(learner="cpu", env_runners="cpu").debugging(seed=3)
     if not rllib_defaults:
         config = cartpole_config(device="cpu", seed=3)
+    if schedules:
+        config.training(lr=[[0, 1e-3], [1536, 1e-4]], entropy_coeff=[[0, 0.05], [1536, 0.0]])
     config.env_runners(num_envs_per_env_runner=16).environment(env_config={"backend": backend})
     return config.device_rollouts(rollout_length=16).training(minibatch_size=64)
 
@@ -36,9 +39,13 @@ def snapshot(algo) -> dict:
     }
 
 
-@pytest.mark.parametrize("backend, rllib_defaults", [("numba-cpu", False), ("torch", False), ("numba-cpu", True)])
-def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backend, rllib_defaults):
-    algo = small_config(backend, rllib_defaults).build_algo()
+@pytest.mark.parametrize(
+    "backend, rllib_defaults, schedules", [("numba-cpu", False, False), ("torch", False, True), ("numba-cpu", True, False)]
+)
+def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backend, rllib_defaults, schedules):
+    """With schedules the checkpoint falls mid-schedule (step 1,024): RLlib would restart the
+    entropy coefficient's at step 0."""
+    algo = small_config(backend, rllib_defaults, schedules).build_algo()
     try:
         for _ in range(4):
             trained_s = algo.train()["time_total_s"]
@@ -63,6 +70,28 @@ def test_save_restore_one_iteration_equals_the_run_that_went_on(tmp_path, backen
         assert torch.equal(tensor, got["env"][name]), name
     for name, tensor in expected["weights"].items():
         assert torch.equal(tensor, got["weights"][name]), name
+
+
+def test_a_run_restored_under_a_new_lr_trains_with_it_from_its_first_update(tmp_path):
+    """As Tune's PopulationBasedTraining restores a cloned trial under a perturbed lr, or a user
+    fine-tunes from a checkpoint: an algorithm built with lr=0 and restored from a checkpoint
+    trained at 1e-3 leaves the weights as they are (RLlib kept the checkpoint's lr for an iteration)."""
+    algo = small_config("numba-cpu").build_algo()
+    try:
+        algo.train()
+        path = algo.save_to_path(str(tmp_path / "checkpoint"))
+    finally:
+        algo.stop()
+    frozen = small_config("numba-cpu").training(lr=0.0).build_algo()
+    try:
+        frozen.restore_from_path(path)
+        before = snapshot(frozen)["weights"]
+        result = frozen.train()
+        assert result["learners"]["default_policy"]["default_optimizer_learning_rate"] == 0.0
+        for name, tensor in snapshot(frozen)["weights"].items():
+            assert torch.equal(tensor, before[name]), name
+    finally:
+        frozen.stop()
 
 
 @pytest.mark.parametrize("algo_name, env", [("DeviceDQN", "GPUCartPole-v1"), ("DeviceSAC", "GPUPendulum-v1")])
