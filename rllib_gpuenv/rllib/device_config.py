@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 # "auto": colocated without env runners (num_env_runners=0), separate with them.
 LAYOUTS = ("auto", "colocated", "separate")
 
+# RLlib's callbacks that its own env runner calls per env and step; the device runner cannot.
+EPISODE_CALLBACKS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
+
 
 @functools.cache  # once per process: RLlib validates a config more than once
 def _warn_torch_compile_learner(what: str) -> None:
@@ -201,11 +204,30 @@ class DeviceRolloutsConfig:
                     "env (device_rollouts(rescale_observations=True) rescales bounded ones to [-1, 1]), or use "
                     f"{stock} on its own env runners"
                 )
+        episode_callbacks = self._episode_callbacks()
+        if episode_callbacks:
+            raise ValueError(
+                f"{', '.join(episode_callbacks)}: per-episode callbacks, but the device env runner steps all its envs "
+                "at once and makes no episode objects while it does: compute per-episode values in on_sample_end, "
+                "which gets each Rollout ((T, N) tensors of rewards, terminateds, truncateds, ...), or use "
+                f"{stock} on its own env runners"
+            )
         if self.model_config.get("use_lstm"):
             raise ValueError(
                 "model_config use_lstm=True asks for a recurrent module, but the device env runner carries no state "
                 f"between steps: leave use_lstm off, or use {stock} on its own env runners"
             )
+
+    def _episode_callbacks(self) -> list[str]:
+        """The per-episode callbacks the config asks for: its classes' overrides and its functions."""
+        from ray.rllib.callbacks.callbacks import RLlibCallback
+        from ray.rllib.utils import force_list
+
+        found = [f"callbacks({name}=...)" for name in EPISODE_CALLBACKS if getattr(self, f"callbacks_{name}", None)]
+        for cls in force_list(self.callbacks_class):
+            overridden = [n for n in EPISODE_CALLBACKS if getattr(cls, n, None) is not getattr(RLlibCallback, n)]
+            found += [f"{getattr(cls, '__name__', cls)}.{name}" for name in overridden]
+        return found
 
     def _place_learner(self) -> None:
         """Turn ``learner_device`` into RLlib's ``num_gpus_per_learner`` and ``local_gpu_idx``.

@@ -27,8 +27,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.envs.registration import load_env_creator
+from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
+from ray.rllib.env.env_context import EnvContext
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
@@ -317,6 +319,18 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         if num_envs != config.num_envs_per_env_runner:
             role += " (for the spaces: the colocated learners step the envs)"
         logger.info("%s %d: %d envs of %s on %s", role, worker, self.num_envs, config.env, self._device)
+        context = EnvContext(config.env_config or {}, worker_index=worker, num_workers=config.num_env_runners)
+        self._callback("on_environment_created", env=self.env.unwrapped, env_context=context)
+
+    def _callback(self, name: str, **kwargs) -> None:
+        """RLlib's ``name`` callbacks (the config's classes and functions), as its runner calls
+        them. Per-episode ones are refused in ``validate()``: no episode steps in Python here."""
+        make_callback(
+            name,
+            callbacks_objects=self._callbacks,
+            callbacks_functions=getattr(self.config, f"callbacks_{name}"),
+            kwargs=dict(env_runner=self, metrics_logger=self.metrics, **kwargs),
+        )
 
     def _choose_device(self) -> torch.device:
         config = self.config
@@ -427,6 +441,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             else:
                 episodes = self._rollout_steps(self.config.rollout_length, self._global_step(), explore)
         self._log_metrics(self.config.rollout_length * self.num_envs, *self._ended_episodes(episodes))
+        self._callback("on_sample_end", samples=self._buffers)  # the Rollout, on the runner's device
         return self._buffers.to("cpu") if self._rollout_travels() else self._buffers
 
     def _rollout_steps(self, T: int, t0: int | torch.Tensor, explore: bool):
@@ -552,6 +567,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             episodes = [chunk for i in range(N) for chunk in self._chunks(played, i)]
             returns, lengths, steps = played["ended_returns"], played["ended_lengths"], played["steps"] * N
         self._log_metrics(steps, len(returns), returns, lengths, windowed=False)
+        self._callback("on_sample_end", samples=episodes)
         return episodes
 
     def _play(self, explore: bool, max_steps: int, recorded: int, stop, reset: bool) -> dict:

@@ -10,6 +10,7 @@ import pytest
 import ray
 import torch
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.connectors.env_to_module import MeanStdFilter
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
@@ -21,7 +22,7 @@ from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
 import rllib_gpuenv  # noqa: F401 (registers GPUCartPole-v1)
 from rllib_gpuenv.experiments import cartpole_config
-from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig, DevicePPOTorchLearner
+from rllib_gpuenv.rllib import DeviceEnvRunner, DevicePPOConfig, DevicePPOTorchLearner, Rollout
 
 pytestmark = pytest.mark.usefixtures("ray_local")  # tests/conftest.py
 
@@ -241,6 +242,11 @@ def test_checkpoint_of_a_gpu_learner_restores_on_the_cpu(tmp_path):
         restored.stop()
 
 
+class EpisodeStepCounter(RLlibCallback):
+    def on_episode_step(self, **kwargs):
+        pass
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -277,6 +283,11 @@ def test_checkpoint_of_a_gpu_learner_restores_on_the_cpu(tmp_path):
             r"use_lstm=True asks for a recurrent module.*RLlib's PPO on its own env runners",
         ),
         (lambda c: c.rl_module(model_config={"use_lstm": True}), r"use_lstm=True"),
+        (
+            lambda c: c.callbacks(on_episode_end=lambda **kwargs: None),
+            r"callbacks\(on_episode_end=...\): per-episode callbacks.*compute per-episode values in on_sample_end",
+        ),
+        (lambda c: c.callbacks(EpisodeStepCounter), r"EpisodeStepCounter.on_episode_step: per-episode callbacks"),
         # a prefix names the library the id must come from: never a silent fall-back to gymnasium's own id
         (
             lambda c: c.environment("json:CartPole-v1"),
@@ -304,6 +315,31 @@ def test_rllibs_own_algorithms_refuse_the_device_runner():
     config = PPOConfig().environment("GPUCartPole-v1").env_runners(env_runner_cls=DeviceEnvRunner, num_env_runners=0)
     with pytest.raises(ValueError, match=r"not RLlib's PPO: use DevicePPOConfig.*instead of PPOConfig"):
         config.build_algo()
+
+
+class RolloutRewards(RLlibCallback):
+    """Logs, from each rollout, what a per-episode callback would have to add up episode by episode."""
+
+    def on_environment_created(self, *, env_runner, metrics_logger, env, env_context, **kwargs):
+        metrics_logger.log_value("envs_created", env.num_envs, reduce="sum")
+
+    def on_sample_end(self, *, env_runner, metrics_logger, samples, **kwargs):
+        if isinstance(samples, Rollout):  # training; evaluation hands RLlib episodes
+            metrics_logger.log_value("rollout_reward_sum", float(samples.rewards.sum()), window=1)
+            metrics_logger.log_value("rollout_real_steps", int(samples.valid.sum()), window=1)  # not reset rows
+            metrics_logger.log_value("episodes_ended", int((samples.terminated | samples.truncated).sum()), window=1)
+
+
+def test_runner_callbacks_see_the_env_and_each_rollout():
+    algo = cartpole_config(device="cpu", seed=0).callbacks(RolloutRewards).build_algo()
+    try:
+        runners = algo.train()["env_runners"]
+        assert runners["envs_created"] == 32  # the main job's envs, built once
+        # CartPole's reward: 1 for each of the 64 × 32 steps but the reset rows after episodes' ends
+        assert runners["rollout_reward_sum"] == runners["rollout_real_steps"] > 2048 - runners["episodes_ended"] - 1
+        assert runners["episodes_ended"] == runners["num_episodes"] > 0
+    finally:
+        algo.stop()
 
 
 def test_gpu_runner_device_where_there_is_none():
