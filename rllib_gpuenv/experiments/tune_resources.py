@@ -319,8 +319,11 @@ _DEVICE_SECTIONS = {
     "learner_device": ("devices", "learner"),
     "eval_env_runner_device": ("devices", "evaluation"),
 }
-# Derived by DevicePPOConfig.validate() from the rollout shape: written, they would pin it.
-_DEVICE_DERIVED = {"_train_batch_size_per_learner", "_derived_train_batch_size"}
+# Derived by the device configs' validate() from the rollout shape: written, they would pin it.
+# Every device config's rollout_fragment_length (the replay algorithms set it to rollout_length
+# for RLlib's n-step check), and DevicePPO's batch per learner.
+_DEVICE_DERIVED = {"rollout_fragment_length", "_derived_rollout_fragment_length"}
+_DEVICE_PPO_DERIVED = {"_train_batch_size_per_learner", "_derived_train_batch_size"}
 
 
 def config_settings(config, always: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
@@ -329,13 +332,15 @@ def config_settings(config, always: tuple[str, ...] = ()) -> tuple[dict, list[st
     Also returns the settings that have no YAML form (functions, objects), which the section
     cannot carry."""
     from rllib_gpuenv.rllib import DevicePPOConfig
+    from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 
-    device = isinstance(config, DevicePPOConfig)
+    device = isinstance(config, DeviceRolloutsConfig)
+    derived = (_DEVICE_DERIVED | _DEVICE_PPO_DERIVED) if isinstance(config, DevicePPOConfig) else _DEVICE_DERIVED
     defaults = type(config)().to_dict()
     settings: dict = {}
     unwritable: list[str] = []
     for key, value in config.to_dict().items():
-        if key == "env" or (device and key in _DEVICE_DERIVED):
+        if key == "env" or (device and key in derived):
             continue
         if key not in always and key in defaults and _same(value, defaults[key]):
             continue

@@ -63,6 +63,7 @@ class DeviceRolloutsConfig:
         self.num_env_runners = 0  # one local runner on the default device
         self.num_envs_per_env_runner = 64
         self.learner_layout = "auto"
+        self._default_train_batch_size = self.train_batch_size  # RLlib's old total batch, which no device algorithm reads
 
     def device_rollouts(
         self,
@@ -191,6 +192,8 @@ class DeviceRolloutsConfig:
             )
         if not device_runners:
             return  # evaluation on RLlib's runners: its connectors and modules are RLlib's business
+        if not self.in_evaluation:  # evaluation plays whole episodes (RLlib sets its batch_mode so)
+            self._check_sampling_settings(stock)
         connectors = {
             "env_runners(env_to_module_connector=...)": self._env_to_module_connector,
             "env_runners(module_to_env_connector=...)": self._module_to_env_connector,
@@ -216,6 +219,40 @@ class DeviceRolloutsConfig:
             raise ValueError(
                 "model_config use_lstm=True asks for a recurrent module, but the device env runner carries no state "
                 f"between steps: leave use_lstm off, or use {stock} on its own env runners"
+            )
+
+    def _check_sampling_settings(self, stock: str) -> None:
+        """RLlib's sampling settings that the device runner's fixed-shape rollouts replace."""
+        name = self.algo_class.__name__
+        if self.is_multi_agent:
+            raise ValueError(
+                f"multi_agent(policies={sorted(self.policies)}) asks for several policies, but {name} trains one on a "
+                "single-agent vector env: leave multi_agent() unset, or use RLlib's algorithms for multi-agent envs"
+            )
+        if self.batch_mode == "complete_episodes":
+            raise ValueError(
+                f"batch_mode='complete_episodes', but the device env runner's rollouts are rollout_length="
+                f"{self.rollout_length} steps of every env, episodes going on across rollouts (a cut one bootstraps "
+                f"from its value): leave batch_mode unset, or use {stock} on its own env runners"
+            )
+        fragment = self.rollout_fragment_length
+        derived = getattr(self, "_derived_rollout_fragment_length", None)  # set by the replay algorithms' validate()
+        if fragment not in ("auto", self.rollout_length, derived):
+            raise ValueError(
+                f"rollout_fragment_length={fragment!r}, but the device env runner's rollouts are rollout_length="
+                f"{self.rollout_length} steps of each env: set device_rollouts(rollout_length={fragment!r}) instead, "
+                "and leave rollout_fragment_length unset"
+            )
+        default = getattr(self, "_default_train_batch_size", None)
+        if default is not None and self.train_batch_size != default:
+            derivation = (
+                " (which it derives from rollout_length × num_envs_per_env_runner × runners / learners)"
+                if hasattr(self, "_derived_train_batch_size")
+                else ""
+            )
+            raise ValueError(
+                f"train_batch_size={self.train_batch_size} is RLlib's old total batch, which {name} does not read: "
+                f"its batch per learner is train_batch_size_per_learner{derivation}; leave train_batch_size unset"
             )
 
     def _episode_callbacks(self) -> list[str]:

@@ -139,7 +139,9 @@ class DeviceReplayConfig:
                 f"train_batch_size_per_learner is {name}'s minibatch (transitions per gradient step): a positive "
                 f"integer, got {minibatch!r}"
             )
-        self.rollout_fragment_length = self.rollout_length  # what RLlib's n-step check reads
+        self.rollout_fragment_length = self._derived_rollout_fragment_length = (
+            self.rollout_length
+        )  # RLlib's n-step check reads it
 
     @property
     def updates_per_round(self) -> int:

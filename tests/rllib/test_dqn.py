@@ -134,6 +134,7 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         ({"replay_buffer_config": {"capacity": 0}}, r"replay_buffer_config\['capacity'\] must be a positive integer, got 0"),
         ({"n_step": 0}, r"n_step must be a positive integer for DeviceDQN, got 0"),
         ({"env": "GPUPendulum-v1"}, r"the env GPUPendulum-v1 has Box\(.*\) actions, but DeviceDQN needs Discrete ones"),
+        ({"train_batch_size": 64}, r"train_batch_size=64 is RLlib's old total batch.*train_batch_size_per_learner; leave"),
     ],
 )
 def test_a_setting_deviceDQN_cannot_train_with_fails_when_validated(change, message):
@@ -142,6 +143,17 @@ def test_a_setting_deviceDQN_cannot_train_with_fails_when_validated(change, mess
     config = DeviceDQNConfig().environment(change.pop("env", "GPUCartPole-v1")).training(**change)
     with pytest.raises(ValueError, match=message):
         config.validate()
+
+
+def test_rllibs_rollout_fragment_length_is_named_and_the_one_derived_follows_the_rollout():
+    """DeviceDQN sets rollout_fragment_length to the rollout length (RLlib's n-step check reads it):
+    a config validated, then given another rollout length, validates again."""
+    config = DeviceDQNConfig().environment("GPUCartPole-v1")
+    config.validate()
+    config.device_rollouts(rollout_length=8).validate()
+    assert config.rollout_fragment_length == 8
+    with pytest.raises(ValueError, match=r"rollout_fragment_length=4, .*set device_rollouts\(rollout_length=4\) instead"):
+        config.env_runners(rollout_fragment_length=4).validate()
 
 
 @pytest.mark.parametrize("epsilon", [[[0, 1.0], [5_000, 0.01]], [[0, 1.0], [300, 0.5], [7_777, 0.02]], 0.1])

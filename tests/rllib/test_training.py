@@ -283,6 +283,17 @@ class EpisodeStepCounter(RLlibCallback):
             r"use_lstm=True asks for a recurrent module.*RLlib's PPO on its own env runners",
         ),
         (lambda c: c.rl_module(model_config={"use_lstm": True}), r"use_lstm=True"),
+        # RLlib's sampling settings, which the rollout shape replaces
+        (
+            lambda c: c.env_runners(rollout_fragment_length=128),
+            r"rollout_fragment_length=128, .*rollout_length=32 steps.*set device_rollouts\(rollout_length=128\) instead",
+        ),
+        (lambda c: c.training(train_batch_size=4096), r"train_batch_size=4096 is RLlib's old total batch, which DevicePPO"),
+        (lambda c: c.env_runners(batch_mode="complete_episodes"), r"batch_mode='complete_episodes', but .* rollouts"),
+        (
+            lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda agent, episode, **kw: "a"),
+            r"multi_agent\(policies=\['a', 'b'\]\) asks for several policies, but DevicePPO trains one",
+        ),
         (
             lambda c: c.callbacks(on_episode_end=lambda **kwargs: None),
             r"callbacks\(on_episode_end=...\): per-episode callbacks.*compute per-episode values in on_sample_end",
