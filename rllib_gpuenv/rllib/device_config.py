@@ -179,9 +179,11 @@ class DeviceRolloutsConfig:
         self._place_learner()
 
     def _check_what_the_device_path_runs(self, device_runners: bool) -> None:
-        """Refuse what the device path would otherwise drop in silence: RLlib's env runners for
-        training (their episodes are no rollouts), connectors (none runs between the device env,
-        the module and the learner) and recurrent modules (no state is carried between steps)."""
+        """Refuse what the device path would otherwise drop in silence or crash on: RLlib's env
+        runners for training (their episodes are no rollouts), RLlib's sampling settings (the
+        rollout shape replaces them), connectors (none runs between the device env, the module
+        and the learner), per-episode callbacks (no episode steps in Python) and recurrent modules
+        (no state is carried between steps)."""
         stock = f"RLlib's {self.algo_class.__name__.removeprefix('Device')}"
         if not device_runners and not self.in_evaluation:
             name = getattr(self.env_runner_cls, "__name__", repr(self.env_runner_cls))

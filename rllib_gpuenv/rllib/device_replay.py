@@ -139,9 +139,8 @@ class DeviceReplayConfig:
                 f"train_batch_size_per_learner is {name}'s minibatch (transitions per gradient step): a positive "
                 f"integer, got {minibatch!r}"
             )
-        self.rollout_fragment_length = self._derived_rollout_fragment_length = (
-            self.rollout_length
-        )  # RLlib's n-step check reads it
+        # RLlib's n-step check reads rollout_fragment_length; the device check accepts this value again
+        self.rollout_fragment_length = self._derived_rollout_fragment_length = self.rollout_length
 
     @property
     def updates_per_round(self) -> int:
