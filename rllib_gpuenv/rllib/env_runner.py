@@ -163,7 +163,9 @@ def make_device_env(
       with a ``vector_entry_point`` and no single-env ``entry_point`` (or any id, with
       ``gym_env_vectorize_mode="vector_entry_point"``). It gets ``num_envs`` and the runner's
       ``device`` besides ``env_config``, and runs as it is if it returns tensors (on ``device``);
-      one that returns numpy is wrapped in ``DeviceEnv``.
+      one that returns numpy is wrapped in ``DeviceEnv``. A creator or class that makes one
+      ordinary gymnasium ``Env`` (RLlib's ``MyEnv(config)``) is called ``num_envs`` times, the
+      copies stepped by gymnasium's ``SyncVectorEnv``, as RLlib's own runner does.
     * ``"gymnax:<id>"``, ``"brax:<name>"``: gymnax's or Brax's JAX env, jit-compiled and vmapped on
       the device, sharing its arrays with torch (``jax_envs/``); ``env_config`` sets its params.
     * Any other gymnasium id is vectorised by gymnasium (``sync``) and wrapped in ``DeviceEnv``.
@@ -200,12 +202,13 @@ def bring_your_own_env(
     """Your vector env as ``make_device_env`` describes, or None for a gymnasium id that gymnasium vectorises."""
     from ray.tune.registry import ENV_CREATOR, _global_registry
 
+    made_by = None  # an RLlib-style creator, called with one config dict
     if isinstance(env_spec, str) and _global_registry.contains(ENV_CREATOR, env_spec):
-        env = _global_registry.get(ENV_CREATOR, env_spec)({**env_config, "num_envs": num_envs, "device": str(device)})
+        made_by = _global_registry.get(ENV_CREATOR, env_spec)
     elif isinstance(env_spec, type) and issubclass(env_spec, gym.vector.VectorEnv):
         env = env_spec(num_envs=num_envs, **_with_device(env_spec, env_config, device))
     elif callable(env_spec) and not isinstance(env_spec, str):
-        env = env_spec({**env_config, "num_envs": num_envs, "device": str(device)})
+        made_by = env_spec
     elif isinstance(env_spec, str):
         try:
             spec = gym.spec(env_spec.split(":", 1)[-1])  # a "module:" prefix: make_device_env imported the module
@@ -226,10 +229,16 @@ def bring_your_own_env(
         raise ValueError(
             f"the device env runner needs a gymnasium id, a tune.register_env name or a callable, got {env_spec!r}"
         )
+    if made_by is not None:
+        config = {**env_config, "num_envs": num_envs, "device": str(device)}
+        env = made_by(config)
+        if isinstance(env, gym.Env):  # a single env, as RLlib's own runner takes: num_envs of them, stepped in turn
+            envs = [env, *(made_by(config) for _ in range(num_envs - 1))]
+            env = gym.vector.SyncVectorEnv([lambda env=env: env for env in envs])
     if not isinstance(env, gym.vector.VectorEnv):
         raise TypeError(
-            f"{env_spec!r} made a {type(env).__name__}, but the device env runner steps a gymnasium VectorEnv of "
-            f"num_envs={num_envs} envs: return one (gymnasium.vector.VectorEnv), or register a single env with gymnasium"
+            f"{env_spec!r} made a {type(env).__name__}, but the device env runner steps a gymnasium VectorEnv "
+            f"(num_envs={num_envs}) or a gymnasium Env (num_envs copies of it): return one of those"
         )
     obs, _ = env.reset()  # numpy or tensors?
     if not isinstance(obs, torch.Tensor):

@@ -9,6 +9,7 @@ import gymnasium as gym
 import pytest
 import ray
 import torch
+from ray import tune
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.connectors.env_to_module import MeanStdFilter
@@ -154,6 +155,46 @@ def test_your_own_rl_module_trains_on_the_device_path_and_a_stateful_one_is_refu
         algo.stop()
     with pytest.raises(ValueError, match=r"RecurrentTowers is stateful.*device env runner carries no state between steps"):
         cartpole_config(device="cpu").rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentTowers)).build_algo()
+
+
+class SlowPole(gym.Env):
+    """A single numpy env as RLlib's docs write one (``MyEnv(config)``): CartPole, counted."""
+
+    made = 0
+
+    def __init__(self, config):
+        SlowPole.made += 1
+        self.inner = gym.make("CartPole-v1", max_episode_steps=config.get("steps", 500))
+        self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
+
+    def reset(self, *, seed=None, options=None):
+        return self.inner.reset(seed=seed)
+
+    def step(self, action):
+        return self.inner.step(action)
+
+
+@pytest.mark.parametrize("env", [SlowPole, "slow-pole"])
+def test_a_single_env_class_or_creator_trains_as_on_rllibs_own_runner(env):
+    """``config.environment(MyEnv)``, or a ``tune.register_env`` creator of one env: the device
+    runner makes num_envs of them and steps them through gymnasium's SyncVectorEnv."""
+    tune.register_env("slow-pole", lambda config: SlowPole(config))
+    SlowPole.made = 0
+    config = (
+        DevicePPOConfig()
+        .environment(env, env_config={"steps": 20})
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(device="cpu", rollout_length=32)
+        .training(minibatch_size=64, num_epochs=1)
+    )
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        assert isinstance(algo.env_runner.env.unwrapped, gym.vector.SyncVectorEnv) and algo.env_runner.num_envs == 8
+        assert SlowPole.made == 8  # in this process: the local runner's envs (no evaluation runner)
+        assert result["env_runners"]["episode_len_max"] == 20  # env_config reached every copy
+    finally:
+        algo.stop()
 
 
 def test_checkpoint_restore_and_continue(tmp_path):
