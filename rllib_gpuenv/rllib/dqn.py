@@ -43,6 +43,7 @@ from rllib_gpuenv.rllib.device_replay import (
 from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
+from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
 from rllib_gpuenv.rllib.resources import ChecksResources
 
 
@@ -213,7 +214,9 @@ class DeviceDQNConfig(DeviceReplayConfig, DeviceRolloutsConfig, DQNConfig):
             )
 
 
-class DeviceDQN(LearnerCalls, ResumesExactly, ChecksResources, InProcess, DeviceReplayAlgorithm, DQN):
+class DeviceDQN(
+    LearnerCalls, ResumesExactly, ChecksResources, InProcess, AnswersParallelEvaluation, DeviceReplayAlgorithm, DQN
+):
     """RLlib DQN whose training step consumes device rollouts through replay buffers on the learners' devices."""
 
     @classmethod

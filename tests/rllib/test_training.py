@@ -479,6 +479,31 @@ def test_each_role_on_its_device_and_evaluation_on_the_device_runner(eval_runner
         algo.stop()
 
 
+def test_evaluation_beside_training_for_as_long_as_it_takes_reports_every_iteration():
+    """RLlib drops evaluation answers that come back after their iteration, and a device training
+    step can be shorter than one round trip: none was ever reported (rllib/parallel_evaluation.py).
+    A training step of a few milliseconds makes that so on any machine."""
+    config = (
+        cartpole_config(device="cpu", seed=0)
+        .env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(rollout_length=4)
+        .training(minibatch_size=32, num_epochs=1)
+        .evaluation(
+            evaluation_interval=1,
+            evaluation_parallel_to_training=True,
+            evaluation_num_env_runners=1,
+            evaluation_duration="auto",
+        )
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            evaluation = algo.train()["evaluation"].get("env_runners", {})
+            assert evaluation.get("num_env_steps_sampled", 0) >= 100  # RLlib's least per answer
+    finally:
+        algo.stop()
+
+
 def test_a_role_on_a_gpu_that_is_not_there_fails_clearly():
     import torch
 
