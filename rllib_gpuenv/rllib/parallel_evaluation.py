@@ -21,14 +21,17 @@ REQUEST_TAG = "_env_runner_remote"  # the tag of RLlib's evaluation requests in 
 
 class _DoneOnceAnswered:
     """The training step's future as RLlib's loop polls it: done once the step is done and an
-    evaluation answer of this iteration has come back (or the timeout has passed)."""
+    evaluation answer of this iteration has come back (or the timeout has passed, or the step
+    failed: its error is raised at once)."""
 
     def __init__(self, future, answered, timeout_s: float):
         self._future, self._answered = future, answered
         self._deadline = time.monotonic() + timeout_s
 
     def done(self) -> bool:
-        return self._future.done() and (self._answered() or time.monotonic() > self._deadline)
+        if not self._future.done():
+            return False
+        return self._future.exception() is not None or self._answered() or time.monotonic() > self._deadline
 
     def __getattr__(self, name):
         return getattr(self._future, name)
