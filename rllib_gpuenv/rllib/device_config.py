@@ -158,8 +158,7 @@ class DeviceRolloutsConfig:
             raise ValueError(
                 "gym_env_vectorize_mode='async' asks for gymnasium's AsyncVectorEnv, but the device env runner steps its "
                 "envs in its own process (this package's ids batched on its device, other ids through gymnasium's sync "
-                f"vectorisation): leave it unset, or use RLlib's {self.algo_class.__name__.removeprefix('Device')} "
-                "on its own env runners"
+                f"vectorisation): leave it unset, or use {self._stock_algorithm} on its own env runners"
             )
         for flag in ("lean_update", "cuda_graphs"):  # the learners' update paths (rllib/lean_update.py)
             if not isinstance(getattr(self, flag, True), bool):
@@ -178,13 +177,18 @@ class DeviceRolloutsConfig:
             )
         self._place_learner()
 
+    @property
+    def _stock_algorithm(self) -> str:
+        """The RLlib algorithm this one builds on, as errors suggest it (``"RLlib's PPO"``)."""
+        return f"RLlib's {self.algo_class.__name__.removeprefix('Device')}"
+
     def _check_what_the_device_path_runs(self, device_runners: bool) -> None:
         """Refuse what the device path would otherwise drop in silence or crash on: RLlib's env
         runners for training (their episodes are no rollouts), RLlib's sampling settings (the
         rollout shape replaces them), connectors (none runs between the device env, the module
         and the learner), per-episode callbacks (no episode steps in Python) and recurrent modules
         (no state is carried between steps)."""
-        stock = f"RLlib's {self.algo_class.__name__.removeprefix('Device')}"
+        stock = self._stock_algorithm
         if not device_runners and not self.in_evaluation:
             name = getattr(self.env_runner_cls, "__name__", repr(self.env_runner_cls))
             raise ValueError(
@@ -264,7 +268,9 @@ class DeviceRolloutsConfig:
 
         found = [f"callbacks({name}=...)" for name in EPISODE_CALLBACKS if getattr(self, f"callbacks_{name}", None)]
         for cls in force_list(self.callbacks_class):
-            overridden = [n for n in EPISODE_CALLBACKS if getattr(cls, n, None) is not getattr(RLlibCallback, n)]
+            overridden = [
+                n for n in EPISODE_CALLBACKS if getattr(cls, n, getattr(RLlibCallback, n)) is not getattr(RLlibCallback, n)
+            ]
             found += [f"{getattr(cls, '__name__', cls)}.{name}" for name in overridden]
         return found
 

@@ -288,6 +288,16 @@ class EpisodeStepCounter(RLlibCallback):
         pass
 
 
+class SampleCounter:  # callbacks need not subclass RLlibCallback: what they lack is none of theirs
+    def on_sample_end(self, **kwargs):
+        pass
+
+
+def test_callbacks_without_per_episode_hooks_are_accepted():
+    for callbacks in (RLlibCallback, SampleCounter, [SampleCounter, RLlibCallback]):
+        assert DevicePPOConfig().environment("GPUCartPole-v1").callbacks(callbacks).validate() is None
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
