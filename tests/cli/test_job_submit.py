@@ -1,5 +1,6 @@
 """The README's `ray job submit` recipe, run line by line on a real head (token authentication),
-and a job stopped early going on when submitted again with `--resume`.
+and a job stopped early going on when submitted again with `--resume` (the command takes SIGTERM,
+which `ray job stop` sends, as Ctrl-C: this is also the test of Ctrl-C in a Tune run).
 
 The lines are read from README.md, so the test and the README cannot drift. They run as written,
 in a shell in the repository, with the test's own PATH (no venv on it). Three things differ, none
@@ -16,6 +17,7 @@ Readiness is waited for, never assumed: the head's start, then the job agent (a 
 "No available agent to submit job" is retried). The deadlines only stop a test that would hang.
 """
 
+import glob
 import itertools
 import os
 import re
@@ -146,17 +148,26 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head,
     # The stop line's comment: a job stopped early goes on when submitted again with --resume. This
     # job's working folder holds a Python experiment in a subfolder, beside the module that defines
     # its env: the trials (other processes) import that module from the subfolder, named relative
-    # to the working folder (``importable_folders_env``), which is theirs on every node.
+    # to the working folder (``importable_folders_env``), which is theirs on every node. From its
+    # sixth iteration on, the trial waits for the test to have stopped the job (a file appears),
+    # so that the stop always comes before the run's end, however slow the machine.
     project = tmp_path / "project"
     (project / "exps").mkdir(parents=True)
     readme = open(os.path.join(ROOT, "README.md")).read()
     source = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'id="Reach1D-v0"' in b)
     (project / "exps" / "reach1d_job_env.py").write_text(source.replace("Reach1D-v0", "Reach1DJob-v0"))
+    stopped_mark = tmp_path / "stopped"
     (project / "exps" / "reach.py").write_text(
+        "import os, time\n"
         "import reach1d_job_env  # registers Reach1DJob-v0\n"
-        "from rllib_gpuenv.rllib import DevicePPOConfig\n\n"
+        "from ray.rllib.callbacks.callbacks import RLlibCallback\n"
+        "from rllib_gpuenv.rllib import DevicePPOConfig\n\n\n"
+        "class WaitForTheStop(RLlibCallback):\n"
+        "    def on_train_result(self, *, algorithm, result, **kwargs):\n"
+        f"        while result['training_iteration'] > 5 and not os.path.exists({str(stopped_mark)!r}):\n"
+        "            time.sleep(0.1)\n\n\n"
         'config = DevicePPOConfig().environment("Reach1DJob-v0", env_config={"backend": "torch"})\n'
-        "config.env_runners(num_envs_per_env_runner=16)\n"
+        "config.env_runners(num_envs_per_env_runner=16).callbacks(WaitForTheStop)\n"
         "config.device_rollouts(rollout_length=32).training(minibatch_size=256, num_epochs=2)\n"
     )
     longer = (
@@ -165,8 +176,8 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head,
         .replace("configs/gpu_cartpole_ppo.yaml", "exps/reach.py")
         .replace(
             """--stop '{"training_iteration": 20}'""",
-            # a return Reach1D never reaches (10 at most), so that only the 200 iterations end it
-            f"""--stop '{{"training_iteration": 200, "env_runners/episode_return_mean": 1000}}' --checkpoint-freq 2 """
+            # a return Reach1D never reaches (10 at most), so that only the 12 iterations end it
+            f"""--stop '{{"training_iteration": 12, "env_runners/episode_return_mean": 1000}}' --checkpoint-freq 2 """
             f"""--storage-path {env["HOME"]}/stopped""",
         )
     )
@@ -186,13 +197,21 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head,
         time.sleep(2)
     bash(recipe["stop"].replace("<id>", running_id), env, timeout=300)
     logs = bash(recipe["logs"].replace("<id>", running_id), env).stdout  # --follow: until the job has ended
+    stopped_mark.touch()
     assert "interrupted: the same command with --resume goes on with its unfinished trials" in logs, logs[-3000:]
     stopped_at = max(iterations(logs))
-    assert stopped_at < 200, logs[-3000:]
+    assert stopped_at == 5, logs[-3000:]
+    status = bash(recipe["status"].replace("<id>", running_id), env, timeout=300).stdout
+    assert "was stopped" in status, status
 
-    resumed = submit_when_the_agent_is_ready(longer.replace("--no-wait", "") + " --resume", env)
+    # The same command with --resume; a --stop given now is not Tune's to apply (it goes on to 12, not 7)
+    resumed = submit_when_the_agent_is_ready(
+        longer.replace("--no-wait", "") + """ --resume --stop '{"training_iteration": 7}'""", env
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "resuming" in resumed.stdout and ": TERMINATED after 200 iteration(s)" in resumed.stdout, resumed.stdout[-5000:]
+    assert "resuming" in resumed.stdout and ": TERMINATED after 12 iteration(s)" in resumed.stdout, resumed.stdout[-5000:]
     assert "reach1d_job_env:Reach1DJob-v0" in resumed.stdout, resumed.stdout[-3000:]  # the trials trained on it
     went_on = iterations(resumed.stdout)
-    assert went_on and 1 < min(went_on) <= stopped_at + 1, went_on  # from a checkpoint, not from iteration 1
+    assert went_on and 1 < min(went_on) <= stopped_at + 1 and max(went_on) == 12, went_on  # from a checkpoint
+    # the same trial, not a new one
+    assert len(glob.glob(os.path.join(env["HOME"], "stopped", "*", "*", "progress.csv"))) == 1

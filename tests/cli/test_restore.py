@@ -1,18 +1,18 @@
 """`rllib train` going on from where training stopped: `restore:`/`--restore` (trials that start
-from a checkpoint) and `--resume` (an interrupted Tune experiment), real Tune runs; checkpoints
-that do not fit are refused before Ray starts."""
+from a checkpoint), real Tune runs; checkpoints that do not fit are refused before Ray starts.
+`--resume` (an interrupted Tune experiment: Ctrl-C, or SIGTERM, which the command takes as Ctrl-C)
+is test_job_submit.py's: `ray job stop` sends SIGTERM, and the job goes on when submitted again."""
 
 import glob
 import json
 import os
-import re
 
 import pytest
 
 from rllib_gpuenv.experiments import ExperimentError, load_experiments
 from rllib_gpuenv.experiments.restore import check_restore, restoring
 from rllib_gpuenv.experiments.shipped import config_file
-from tests.helpers import ROOT, error_lines, interrupted, rllib, tiny_main_job_file, trial_progress
+from tests.helpers import ROOT, error_lines, rllib, tiny_main_job_file, trial_progress
 
 # A DevicePPO checkpoint of GPUCartPole-v1: 4 envs, an [8] network (test_resume.py's old checkpoints)
 SMALL_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
@@ -116,28 +116,3 @@ def test_a_trial_goes_on_from_a_checkpoint_named_in_its_file(tmp_path):
     result = json.loads(open(result_file).readline())
     own_rate = result["env_runners"]["num_env_steps_sampled"] / result["time_this_iter_s"]
     assert abs(int(first_row[4].replace(",", "")) - own_rate) <= 1, (first_row, own_rate)
-
-
-def test_ctrl_c_then_resume_goes_on_with_the_experiment(tmp_path):
-    """Ctrl-C in a Tune run: it says how to go on; the same command with --resume goes on with the
-    trial from a checkpoint (not from iteration 1) to the run's own stop criterion (a --stop given
-    now is not Tune's to apply: it goes on to 30, not 10). SIGTERM, which the command takes as
-    Ctrl-C (``cli/errors.py``), is `ray job stop`'s: test_job_submit.py stops a job and resumes it."""
-    tiny = tiny_main_job_file(tmp_path, rollout_length=16, iterations=30)  # interrupted at about 4
-    args = ["train", "file", tiny, "--checkpoint-freq", "1", "--storage-path", str(tmp_path)]
-    job, before = interrupted("rllib_gpuenv.cli.rllib", args, lambda out: any(row[0] >= 3 for row in rows(out)))
-    assert job.returncode == 130, job.stderr[-3000:]
-    assert (
-        "rllib: experiment 'tiny' interrupted: the same command with --resume goes on with its unfinished trials "
-        "(each from its latest checkpoint)" in job.stderr
-    )
-    stopped_at = max(iteration for iteration, _, _ in rows(before + job.stdout))
-    assert stopped_at < 30
-
-    resumed = rllib(*args, "--resume", "--stop", '{"training_iteration": 10}')
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"experiment 'tiny': resuming {tmp_path / 'tiny'}" in resumed.stdout
-    went_on = [iteration for iteration, _, _ in rows(resumed.stdout)]
-    assert went_on[-1] == 30 and 1 < min(went_on) <= stopped_at + 1, went_on
-    assert len(glob.glob(str(tmp_path / "tiny" / "*" / "progress.csv"))) == 1  # the same trial, not a new one
-    assert re.search(r"TERMINATED after 30 iteration\(s\)", resumed.stdout)
