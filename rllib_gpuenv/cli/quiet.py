@@ -6,7 +6,8 @@ stack here), that the local Ray instance the command started uses token authenti
 private to the command), that ``RLModule(config=...)`` is deprecated (RLlib 2.60's own
 ``RLModule.__init__`` builds the deprecated config object for every module: the package does
 not pass one), that gputil is not installed (GPU monitoring the commands do not use), that a slow
-setup could reuse Tune's actors (an option neither command has), and, for
+setup could reuse Tune's actors (`rllib train` does for the device algorithms, and RLlib's own
+cannot: their trials would fail), and, for
 gymnax's envs, that JAX found no TPU library (it looks for one on every machine), and for Brax's,
 which JAX device MuJoCo's MJX uses (the runner chose it).
 ``quiet_start`` filters exactly these messages from their loggers, in this process and, through
@@ -26,8 +27,8 @@ NOTICES = {
     "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster",
     "ray._common.deprecation": "`RLModule(config=[RLModuleConfig object])` has been deprecated",
     "ray.tune.utils.util": "Install gputil for GPU system monitoring",
-    # an algorithm's build over 10 s (a JAX env's first compile): Tune's advice, reuse_actors=True, is a
-    # Tune option neither command has; the main job says where its start-up went
+    # an algorithm's build over 10 s (a JAX env's first compile): Tune's advice, reuse_actors=True, is
+    # taken for the device algorithms and fails RLlib's own (no reset_config); the main job says where its start-up went
     "ray.tune.trainable.trainable": "Trainable.setup took",
     "jax._src.xla_bridge": "Unable to initialize backend 'tpu'",
     "": "Using JAX default device",  # MuJoCo's MJX logs it on the root logger whenever a Brax env is traced

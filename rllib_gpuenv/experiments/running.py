@@ -96,6 +96,7 @@ def run_experiment(
 
     from rllib_gpuenv.experiments.progress import ResultRows
     from rllib_gpuenv.experiments.restore import experiment_folder, restoring
+    from rllib_gpuenv.rllib.reset_in_place import resets_in_place
 
     check_fits_cluster(experiment)
     storage_path = storage_path or experiment.storage_path
@@ -122,7 +123,10 @@ def run_experiment(
             param_space=param_space,
             run_config=run_config,
             tune_config=tune.TuneConfig(
-                num_samples=experiment.num_samples, scheduler=make_scheduler(*scheduler) if scheduler else None
+                num_samples=experiment.num_samples,
+                scheduler=make_scheduler(*scheduler) if scheduler else None,
+                # a trial's actor goes on with the next trial, or with PBT's new config, in its process
+                reuse_actors=resets_in_place(experiment.algo_class),
             ),
         )
     # check_stop has checked every stop metric against the results the config will report, so

@@ -44,6 +44,7 @@ from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
 from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
+from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
 from rllib_gpuenv.rllib.resources import ChecksResources
 
 
@@ -215,7 +216,14 @@ class DeviceDQNConfig(DeviceReplayConfig, DeviceRolloutsConfig, DQNConfig):
 
 
 class DeviceDQN(
-    LearnerCalls, ResumesExactly, ChecksResources, InProcess, AnswersParallelEvaluation, DeviceReplayAlgorithm, DQN
+    LearnerCalls,
+    ResumesExactly,
+    ChecksResources,
+    InProcess,
+    AnswersParallelEvaluation,
+    ResetsInPlace,
+    DeviceReplayAlgorithm,
+    DQN,
 ):
     """RLlib DQN whose training step consumes device rollouts through replay buffers on the learners' devices."""
 

@@ -34,6 +34,7 @@ from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
 from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.learner import rollout_batch
 from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
+from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
 from rllib_gpuenv.rllib.resources import ChecksResources
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.sampling import sample_rollouts
@@ -100,7 +101,7 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
             )
 
 
-class DevicePPO(LearnerCalls, ResumesExactly, ChecksResources, InProcess, AnswersParallelEvaluation, PPO):
+class DevicePPO(LearnerCalls, ResumesExactly, ChecksResources, InProcess, AnswersParallelEvaluation, ResetsInPlace, PPO):
     """RLlib PPO whose training step consumes device rollouts: the env runners', or with
     colocated learners each learner's own."""
 

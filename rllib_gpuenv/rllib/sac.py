@@ -61,6 +61,7 @@ from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
 from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
+from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
 from rllib_gpuenv.rllib.resources import ChecksResources
 
 LOG_ALPHAS = "sac_log_alphas"  # the learner state's entry for the temperatures (RLlib's leaves them out)
@@ -234,7 +235,14 @@ class DeviceSACConfig(DeviceReplayConfig, DeviceRolloutsConfig, SACConfig):
 
 
 class DeviceSAC(
-    LearnerCalls, ResumesExactly, ChecksResources, InProcess, AnswersParallelEvaluation, DeviceReplayAlgorithm, SAC
+    LearnerCalls,
+    ResumesExactly,
+    ChecksResources,
+    InProcess,
+    AnswersParallelEvaluation,
+    ResetsInPlace,
+    DeviceReplayAlgorithm,
+    SAC,
 ):
     """RLlib SAC whose training step consumes device rollouts through replay buffers on the learners' devices."""
 

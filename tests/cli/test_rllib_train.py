@@ -231,7 +231,9 @@ def test_a_scheduler_stops_trials_and_checkpoints_are_kept_by_score(tmp_path):
     options passed on): `--scheduler`/`--scheduler-config` (ASHA stops both trials at
     its max_t of 3, before the stop criterion's 5), `--keep-checkpoints-num` with
     `--checkpoint-score-attr` (a `min-` prefix: the lowest is best, so the first checkpoint is the
-    one kept, beside the latest, which Tune always keeps)."""
+    one kept, beside the latest, which Tune always keeps). One CPU: the trials run one after the
+    other, the second in the first's actor (Tune's reuse_actors, which the command sets for the
+    device algorithms: ``rllib/reset_in_place.py``)."""
     tiny = tiny_main_job_file(tmp_path, rollout_length=8, iterations=5)
     out = rllib(
         "train",
@@ -252,7 +254,7 @@ def test_a_scheduler_stops_trials_and_checkpoints_are_kept_by_score(tmp_path):
         "--storage-path",
         str(tmp_path / "results"),
         "--ray-num-cpus",
-        "2",
+        "1",
         "--ray-object-store-memory",
         str(200 * 2**20),
         "--local-mode",
@@ -262,6 +264,7 @@ def test_a_scheduler_stops_trials_and_checkpoints_are_kept_by_score(tmp_path):
     assert "View the dashboard" not in out.stderr  # no --ray-ui
     progress = trial_progress(tmp_path / "results" / "tiny")
     assert [len(rows) for rows in progress] == [3, 3]  # ASHA's max_t, not the file's 5 iterations
+    assert len({row["pid"] for rows in progress for row in rows}) == 1  # one actor for both trials
     trials = glob.glob(os.path.join(str(tmp_path / "results" / "tiny"), "*", ""))
     assert len(trials) == 2
     for trial in trials:

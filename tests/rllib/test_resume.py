@@ -1,6 +1,7 @@
 """Checkpoints resume exactly: save → restore → one iteration equals one more iteration of the
 run that went on, bit for bit (envs, random generators, episode window); damaged files are named."""
 
+import functools
 import os
 import pathlib
 import shutil
@@ -159,3 +160,99 @@ for path in {copies!r}:  # copies: restoring may write beside them
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-2:] == ["DevicePPO 1 2", "PPO 1 2"], proc.stdout
+
+
+def _tiny(algorithm: str):
+    from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceSACConfig
+
+    if algorithm == "DevicePPO":
+        return small_config("torch").training(lr=1e-3)
+    replay = {"num_steps_sampled_before_learning_starts": 64, "replay_buffer_config": {"capacity": 512}, "lr": 1e-3}
+    config = DeviceDQNConfig().environment("GPUCartPole-v1") if algorithm == "DeviceDQN" else DeviceSACConfig()
+    if algorithm == "DeviceSAC":
+        config.environment("GPUPendulum-v1")
+        replay = {**replay, "lr": None, "actor_lr": 1e-3, "critic_lr": 1e-3, "alpha_lr": 1e-3}
+    return (
+        config.env_runners(num_envs_per_env_runner=8)
+        .device_rollouts(rollout_length=8, device="cpu")
+        .training(**replay)
+        .reporting(min_sample_timesteps_per_iteration=0)
+        .debugging(seed=0)
+    )
+
+
+def _learning_rates(algo) -> list[float]:
+    learner = algo.learner_group._learner
+    return sorted({group["lr"] for optimizer in learner._named_optimizers.values() for group in optimizer.param_groups})
+
+
+@pytest.mark.parametrize("algorithm", ["DevicePPO", "DeviceDQN", "DeviceSAC"])
+def test_reset_config_builds_the_algorithm_again_from_the_new_config(algorithm):
+    """What Tune's reuse_actors calls (PBT's exploit, the next trial on a finished trial's actor):
+    the same object trains on under the new config (another lr, another number of envs), from
+    scratch, as a new actor would, until Tune restores a checkpoint into it."""
+    config = _tiny(algorithm)
+    algo = config.build_algo()
+    try:
+        algo.train()
+        assert _learning_rates(algo) == [1e-3]
+        new = config.copy(copy_frozen=False).env_runners(num_envs_per_env_runner=4)
+        new = new.training(
+            **({"actor_lr": 2e-4, "critic_lr": 2e-4, "alpha_lr": 2e-4} if algorithm == "DeviceSAC" else {"lr": 2e-4})
+        )
+        assert algo.reset_config(new.to_dict()) is True
+        assert _learning_rates(algo) == [2e-4] and algo.env_runner.num_envs == 4 and algo.config.num_envs_per_env_runner == 4
+        assert algo.iteration == 0
+        result = algo.train()
+        assert result["training_iteration"] == 1
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] == 4 * new.rollout_length  # counted anew
+    finally:
+        algo.stop()
+
+
+def _record_init(path: str, **_) -> None:
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+def test_pbt_exploits_in_the_trials_actors(tmp_path):
+    """Tune's PBT with reuse_actors (as `rllib train` sets it for the device algorithms): an
+    exploit builds the algorithm again in a running actor (a process builds it twice; without
+    reset_config, Tune would fail the trial), and each iteration trains with the lr of the config
+    Tune reports for it."""
+    from ray import tune
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    inits = tmp_path / "inits"
+    config = small_config("torch").training(lr=tune.grid_search([1e-4, 3e-3]))
+    config.callbacks(on_algorithm_init=functools.partial(_record_init, str(inits)))
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        metric="env_runners/episode_return_mean",
+        mode="max",
+        perturbation_interval=2,
+        quantile_fraction=0.5,
+        # a shift in the list from the better trial's lr: never the worse one's
+        resample_probability=0,
+        hyperparam_mutations={"lr": [1e-5, 1e-4, 1e-3, 3e-3, 1e-2]},
+        synch=True,  # both trials at iteration 2, then the worse one exploits the better
+    )
+    results = tune.Tuner(
+        "DevicePPO",
+        param_space=config,
+        tune_config=tune.TuneConfig(scheduler=pbt, reuse_actors=True),
+        run_config=tune.RunConfig(
+            stop={"training_iteration": 4},
+            storage_path=str(tmp_path),
+            verbose=0,
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2),
+        ),
+    ).fit()
+    assert results.num_errors == 0, [r.error for r in results]
+    pids = inits.read_text().split()
+    assert len(set(pids)) < len(pids), pids  # an algorithm built again in a process that had one
+    lr = "learners/default_policy/default_optimizer_learning_rate"
+    rows = [r.metrics_dataframe for r in results]
+    for df in rows:
+        assert list(df[lr]) == pytest.approx(list(df["config/lr"]))
+    assert any(len(set(df["config/lr"])) == 2 for df in rows)  # one trial exploited the other, with a new lr
