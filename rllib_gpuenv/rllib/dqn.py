@@ -30,8 +30,8 @@ from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_gpuenv.rllib import action_sampling
-from rllib_gpuenv.rllib.checkpointing import ResumesExactly
-from rllib_gpuenv.rllib.colocated import ColocatedEnvs, LearnerCalls
+from rllib_gpuenv.rllib.colocated import ColocatedEnvs
+from rllib_gpuenv.rllib.device_algorithm import DeviceAlgorithm
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 from rllib_gpuenv.rllib.device_replay import (
     N_STEP,
@@ -40,12 +40,8 @@ from rllib_gpuenv.rllib.device_replay import (
     DeviceReplayConfig,
     DeviceReplayLearner,
 )
-from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
-from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
-from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
-from rllib_gpuenv.rllib.resources import ChecksResources
 
 
 class DeviceDQNTorchLearner(
@@ -215,16 +211,7 @@ class DeviceDQNConfig(DeviceReplayConfig, DeviceRolloutsConfig, DQNConfig):
             )
 
 
-class DeviceDQN(
-    LearnerCalls,
-    ResumesExactly,
-    ChecksResources,
-    InProcess,
-    AnswersParallelEvaluation,
-    ResetsInPlace,
-    DeviceReplayAlgorithm,
-    DQN,
-):
+class DeviceDQN(DeviceAlgorithm, DeviceReplayAlgorithm, DQN):
     """RLlib DQN whose training step consumes device rollouts through replay buffers on the learners' devices."""
 
     @classmethod

@@ -28,14 +28,9 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from rllib_gpuenv.rllib.checkpointing import ResumesExactly
-from rllib_gpuenv.rllib.colocated import LearnerCalls
+from rllib_gpuenv.rllib.device_algorithm import DeviceAlgorithm
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig, divisor_near
-from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.learner import rollout_batch
-from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
-from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
-from rllib_gpuenv.rllib.resources import ChecksResources
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.sampling import sample_rollouts
 
@@ -101,7 +96,7 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
             )
 
 
-class DevicePPO(LearnerCalls, ResumesExactly, ChecksResources, InProcess, AnswersParallelEvaluation, ResetsInPlace, PPO):
+class DevicePPO(DeviceAlgorithm, PPO):
     """RLlib PPO whose training step consumes device rollouts: the env runners', or with
     colocated learners each learner's own."""
 

@@ -47,8 +47,8 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import LAST_TARGET_UPDATE_TS, NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_TARGET_UPDATES
 
 from rllib_gpuenv.rllib import action_sampling
-from rllib_gpuenv.rllib.checkpointing import ResumesExactly
-from rllib_gpuenv.rllib.colocated import ColocatedEnvs, LearnerCalls
+from rllib_gpuenv.rllib.colocated import ColocatedEnvs
+from rllib_gpuenv.rllib.device_algorithm import DeviceAlgorithm
 from rllib_gpuenv.rllib.device_config import DeviceRolloutsConfig
 from rllib_gpuenv.rllib.device_replay import (
     N_STEP,
@@ -57,12 +57,8 @@ from rllib_gpuenv.rllib.device_replay import (
     DeviceReplayConfig,
     DeviceReplayLearner,
 )
-from rllib_gpuenv.rllib.in_process import InProcess
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
-from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
-from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
-from rllib_gpuenv.rllib.resources import ChecksResources
 
 LOG_ALPHAS = "sac_log_alphas"  # the learner state's entry for the temperatures (RLlib's leaves them out)
 
@@ -234,16 +230,7 @@ class DeviceSACConfig(DeviceReplayConfig, DeviceRolloutsConfig, SACConfig):
         super().validate()
 
 
-class DeviceSAC(
-    LearnerCalls,
-    ResumesExactly,
-    ChecksResources,
-    InProcess,
-    AnswersParallelEvaluation,
-    ResetsInPlace,
-    DeviceReplayAlgorithm,
-    SAC,
-):
+class DeviceSAC(DeviceAlgorithm, DeviceReplayAlgorithm, SAC):
     """RLlib SAC whose training step consumes device rollouts through replay buffers on the learners' devices."""
 
     @classmethod

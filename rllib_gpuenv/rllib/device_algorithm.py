@@ -1,0 +1,16 @@
+"""What each device algorithm (DevicePPO, DeviceDQN, DeviceSAC) adds to its RLlib algorithm."""
+
+from __future__ import annotations
+
+from rllib_gpuenv.rllib.checkpointing import ResumesExactly
+from rllib_gpuenv.rllib.colocated import LearnerCalls
+from rllib_gpuenv.rllib.in_process import InProcess
+from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
+from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
+from rllib_gpuenv.rllib.resources import ChecksResources
+
+
+class DeviceAlgorithm(LearnerCalls, ResumesExactly, ChecksResources, InProcess, AnswersParallelEvaluation, ResetsInPlace):
+    """Mixins, before RLlib's algorithm in the bases: calls on every learner (colocated learners),
+    exact resume, resources checked before Ray starts, no Ray where nothing needs it, parallel
+    evaluation that reports, and Tune's reuse_actors."""
