@@ -29,7 +29,8 @@
 #             process, the main job built without starting Ray, its recorded launch replayed bit for bit
 #             as a launch per step, PPO's and DQN's recorded rollouts replayed bit for
 #             bit as the rollout stepped from Python, SAC's step captured with its noise drawn; gymnax stepping
-#             on the GPU in memory shared with torch), the PTX compile for the device's compute
+#             on the GPU in memory shared with torch; Tune's reset in place freeing the previous
+#             build's GPU memory), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's
 #             wheels are over what a call carries beside Ray; it runs on a GPU machine of one's own;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling of the CUDA

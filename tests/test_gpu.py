@@ -604,3 +604,25 @@ def test_the_learners_weights_reach_the_runner_in_this_process_without_a_host_sy
         assert runner and all(torch.equal(value, learner[key]) for key, value in runner.items())
     finally:
         algo.stop()
+
+
+def test_a_reset_in_place_frees_the_previous_builds_gpu_memory():
+    """Tune's reuse_actors (rllib/reset_in_place.py): three builds in one process hold the GPU
+    memory of one (envs, rollout buffers, weights, optimizer state), not of three."""
+    import gc
+
+    from rllib_gpuenv.experiments import cartpole_config
+
+    config = cartpole_config(device="cuda", seed=0).env_runners(num_envs_per_env_runner=65536)
+    algo = config.build_algo()
+    try:
+        algo.train()
+        gc.collect()
+        one_build = torch.cuda.memory_allocated()
+        for lr in (1e-4, 3e-4):
+            assert algo.reset_config(config.copy(copy_frozen=False).training(lr=lr).to_dict())
+            algo.train()
+        gc.collect()
+        assert torch.cuda.memory_allocated() <= 1.2 * one_build, (torch.cuda.memory_allocated(), one_build)
+    finally:
+        algo.stop()

@@ -2,9 +2,11 @@
 run that went on, bit for bit (envs, random generators, episode window); damaged files are named."""
 
 import functools
+import gc
 import os
 import pathlib
 import shutil
+import weakref
 
 import pytest
 import torch
@@ -190,17 +192,23 @@ def _learning_rates(algo) -> list[float]:
 def test_reset_config_builds_the_algorithm_again_from_the_new_config(algorithm):
     """What Tune's reuse_actors calls (PBT's exploit, the next trial on a finished trial's actor):
     the same object trains on under the new config (another lr, another number of envs), from
-    scratch, as a new actor would, until Tune restores a checkpoint into it."""
+    scratch, as a new actor would, until Tune restores a checkpoint into it. What the old build
+    held (its envs' state, its module's weights: on a GPU, device memory) is freed, not kept beside
+    the new one by a reference left behind."""
     config = _tiny(algorithm)
     algo = config.build_algo()
     try:
         algo.train()
         assert _learning_rates(algo) == [1e-3]
+        old_env_state = weakref.ref(next(iter(algo.env_runner.env._buffers.tensors().values())))
+        old_weights = weakref.ref(next(algo.learner_group._learner.module["default_policy"].parameters()))
         new = config.copy(copy_frozen=False).env_runners(num_envs_per_env_runner=4)
         new = new.training(
             **({"actor_lr": 2e-4, "critic_lr": 2e-4, "alpha_lr": 2e-4} if algorithm == "DeviceSAC" else {"lr": 2e-4})
         )
         assert algo.reset_config(new.to_dict()) is True
+        gc.collect()
+        assert old_env_state() is None and old_weights() is None
         assert _learning_rates(algo) == [2e-4] and algo.env_runner.num_envs == 4 and algo.config.num_envs_per_env_runner == 4
         assert algo.iteration == 0
         result = algo.train()
