@@ -246,11 +246,11 @@ def test_pbt_exploits_in_the_trials_actors(tmp_path):
         synch=True,  # both trials at iteration 2, then the worse one exploits the better
     )
     results = tune.Tuner(
-        "DevicePPO",
+        DevicePPO,  # the class: a name would make Tune import every RLlib algorithm
         param_space=config,
         tune_config=tune.TuneConfig(scheduler=pbt, reuse_actors=True),
         run_config=tune.RunConfig(
-            stop={"training_iteration": 4},
+            stop={"training_iteration": 3},  # an exploit at 2, then an iteration under the new lr
             storage_path=str(tmp_path),
             verbose=0,
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2),
