@@ -47,13 +47,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # together, rather than one waiting out the other's last long file (about 50 s when left to
 # xdist's order, which puts the files with the most tests first).
 LONGEST_FIRST = [  # summed test seconds per file under the full suite on a slow 2-core machine, 2026-11-28
-    "cli/test_job_submit.py",  # 225 (132 alone): three jobs, one stopped and resumed; the agent's readiness
+    "cli/test_job_submit.py",  # 225 (148 alone; 119 once its stopped job waited for the stop): three jobs, the agent
     "rllib/test_learners.py",  # 222
     "cli/test_rllib_train.py",  # 221
     "bench/test_training_races.py",  # 205
     "bench/test_benchmarks.py",  # 147
     "cli/test_main_job.py",  # 126
-    "cli/test_restore.py",  # 109
     "rllib/test_training.py",  # 105
     "rllib/test_jax_envs.py",  # 70 with JAX's compilation cache empty (CI), ~34 with it warm
     "rllib/test_cluster.py",  # 70
@@ -62,7 +61,8 @@ LONGEST_FIRST = [  # summed test seconds per file under the full suite on a slow
     "experiments/test_tune_resources.py",  # 65
     "cli/test_evaluate.py",  # 57
     "cli/test_command_endings.py",  # 55
-    "rllib/test_resume.py",  # 51
+    "rllib/test_resume.py",  # 51, and about 30 more since its reset-in-place and PBT tests
+    "cli/test_restore.py",  # 109 until its Ctrl-C test (59) joined test_job_submit.py
     "test_examples.py",  # 46
     "rllib/test_dqn.py",  # 45
     "envs/test_envs_vs_gymnasium.py",  # 38
