@@ -11,6 +11,15 @@ over the whole rollout) in a replay buffer of preallocated tensors on the learne
 all of a sampling round's gradient steps. An iteration runs rounds until it has
 ``min_sample_timesteps_per_iteration`` env steps, as RLlib's DQN and SAC do.
 
+With ``replay_buffer_config["type"]`` RLlib's ``PrioritizedEpisodeReplayBuffer``, the buffer
+draws in proportion to priorities (``PrioritizedDeviceReplayBuffer``, RLlib's ``alpha`` and
+``beta``) and the loss weighs each draw by its importance-sampling weight. After the round's
+update, one batched pass without gradients computes the drawn transitions' TD errors under the
+updated networks (``replay_td_errors``), which become their priorities. RLlib takes each
+minibatch's TD errors from its loss, before that minibatch's gradient step: here they are at
+most one round's gradient steps newer, and the loss stays as it is (and a captured CUDA graph
+with it).
+
 The buffer lives with the learner (``DeviceReplayLearner.replay_round``). With several learners
 it is sharded, ``capacity / num_learners`` transitions each: colocated learners fill their shards
 from their own envs; in the separate layout each learner gets whole envs' share of the env
@@ -46,15 +55,27 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
-from rllib_gpuenv.rllib.replay_buffer import DeviceReplayBuffer
+from rllib_gpuenv.rllib.replay_buffer import WEIGHTS, DeviceReplayBuffer, PrioritizedDeviceReplayBuffer
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.sampling import sample_rollouts
 
 N_STEP = "n_step"
-WEIGHTS = "weights"
 REPLAY_BUFFER_STATE = "device_replay_buffer"
 SCHEDULES_STATE = "device_dqn_schedules"  # the name checkpoints of DeviceDQN have always used
 UNIFORM_BUFFER_TYPES = ("EpisodeReplayBuffer", "MultiAgentEpisodeReplayBuffer")
+PRIORITIZED_BUFFER_TYPES = ("PrioritizedEpisodeReplayBuffer", "MultiAgentPrioritizedEpisodeReplayBuffer")
+PRIORITY_DEFAULTS = {"alpha": 0.6, "beta": 0.4}  # RLlib's DQN and SAC configs' own
+
+
+def buffer_type_name(replay_buffer_config: dict) -> str:
+    """The buffer class's name, given by name (dotted or not) or as the class."""
+    buffer_type = replay_buffer_config.get("type")
+    name = buffer_type if isinstance(buffer_type, str) else getattr(buffer_type, "__name__", repr(buffer_type))
+    return name.rsplit(".", 1)[-1]
+
+
+def is_prioritized(replay_buffer_config: dict) -> bool:
+    return buffer_type_name(replay_buffer_config) in PRIORITIZED_BUFFER_TYPES
 
 
 @torch.no_grad()
@@ -95,7 +116,9 @@ def n_step_transitions(rollout: Rollout, n: int, gamma: float) -> dict[str, torc
 class DeviceReplayConfig:
     """Mixin for the config of an off-policy device algorithm (with ``DeviceRolloutsConfig``).
 
-    ``replay_buffer_config["capacity"]`` sizes the buffer (transitions); ``training_intensity``
+    ``replay_buffer_config["capacity"]`` sizes the buffer (transitions), its ``type`` says how it
+    draws: uniformly (``EpisodeReplayBuffer``, the default) or by priority
+    (``PrioritizedEpisodeReplayBuffer``, with RLlib's ``alpha`` and ``beta``); ``training_intensity``
     is, as in RLlib, the number of env steps trained per env step sampled (None: one
     minibatch of ``train_batch_size_per_learner`` per sampling round). ``checkpoint_replay_buffer``
     puts the buffer's transitions into checkpoints (default: only its counters, so a restored
@@ -121,13 +144,18 @@ class DeviceReplayConfig:
                 f"num_envs_per_env_runner × runners = {envs} envs do not split over {self.num_learners} learners "
                 f"(each learner's replay shard takes whole envs' rollouts): make it a multiple of {self.num_learners}"
             )
-        buffer_type = self.replay_buffer_config.get("type")
-        type_name = buffer_type if isinstance(buffer_type, str) else getattr(buffer_type, "__name__", repr(buffer_type))
-        if type_name.rsplit(".", 1)[-1] not in UNIFORM_BUFFER_TYPES:
+        type_name = buffer_type_name(self.replay_buffer_config)
+        if type_name not in UNIFORM_BUFFER_TYPES + PRIORITIZED_BUFFER_TYPES:
             raise ValueError(
                 f"replay_buffer_config['type'] is {type_name}, but {name}'s buffer lives on the learner's device and "
-                f"samples uniformly: set it to 'EpisodeReplayBuffer' (or leave it out)"
+                f"draws uniformly or by priority: set it to 'EpisodeReplayBuffer' (uniform, the default) or "
+                f"'PrioritizedEpisodeReplayBuffer' (with 'alpha' and 'beta')"
             )
+        if type_name in PRIORITIZED_BUFFER_TYPES:
+            for key in ("alpha", "beta"):
+                value = self.replay_buffer_config.get(key, PRIORITY_DEFAULTS[key])
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                    raise ValueError(f"replay_buffer_config['{key}'] must be a number >= 0, got {value!r}")
         capacity = self.replay_buffer_config.get("capacity")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"replay_buffer_config['capacity'] must be a positive integer, got {capacity!r}")
@@ -181,7 +209,13 @@ class DeviceReplayLearner:
             config = self.config
             capacity = -(-config.replay_buffer_config["capacity"] // max(1, config.num_learners))  # this learner's shard
             seed = None if config.seed is None else config.seed + self._learner_index
-            self._replay = DeviceReplayBuffer(capacity, {k: v[0] for k, v in transitions.items()}, self._device, seed)
+            example = {k: v[0] for k, v in transitions.items()}
+            replay = config.replay_buffer_config
+            if is_prioritized(replay):
+                priorities = {key: replay.get(key, default) for key, default in PRIORITY_DEFAULTS.items()}
+                self._replay = PrioritizedDeviceReplayBuffer(capacity, example, self._device, seed, **priorities)
+            else:
+                self._replay = DeviceReplayBuffer(capacity, example, self._device, seed)
             if self._pending_replay_state is not None:
                 self._replay.set_state(self._pending_replay_state)
                 self._pending_replay_state = None
@@ -190,8 +224,16 @@ class DeviceReplayLearner:
     def _update_from_replay(self, timesteps: dict) -> dict:
         minibatch = self.config.train_batch_size_per_learner
         batch = self._replay.sample(self.config.updates_per_round * minibatch)
-        batch[WEIGHTS] = torch.ones(len(batch[Columns.REWARDS]), device=self._replay.device)
-        return self.update_on_draws(batch, timesteps)
+        results = self.update_on_draws(batch, timesteps)
+        if isinstance(self._replay, PrioritizedDeviceReplayBuffer):
+            self._replay.update_priorities(self.replay_td_errors(batch))
+        return results
+
+    def replay_td_errors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The absolute TD error of each of ``batch``'s transitions under the networks as they are
+        now, without gradients: the priorities prioritized replay gives them (the learner's
+        algorithm supplies it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no TD errors for prioritized replay")
 
     def update_on_draws(self, batch: dict[str, torch.Tensor], timesteps: dict) -> dict:
         """One update, a gradient step per ``train_batch_size_per_learner`` rows of ``batch``

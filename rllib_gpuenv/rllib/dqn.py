@@ -25,6 +25,7 @@ from ray.rllib.algorithms.dqn.dqn_learner import (
 )
 from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
 from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -39,6 +40,7 @@ from rllib_gpuenv.rllib.device_replay import (
     DeviceReplayAlgorithm,
     DeviceReplayConfig,
     DeviceReplayLearner,
+    is_prioritized,
 )
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.learner import FusedAdamLearnerMixin, LocalLearnerDevice
@@ -56,17 +58,29 @@ class DeviceDQNTorchLearner(
     def lean_update_applies(self) -> bool:
         return super().lean_update_applies() and self.config.num_atoms == 1  # distributional DQN: RLlib's update
 
-    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
-        """RLlib's DQN loss (``DQNTorchLearner.compute_loss_for_module``, one atom): the n-step TD
-        target from the target network (its action chosen by the online network with double Q),
-        the Huber or squared error, weighted; a masked Q-value (-inf) counts as 0."""
+    @staticmethod
+    def q_and_target(config, batch: dict, fwd_out: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Q-values of the taken actions, and their n-step TD targets (detached): from the
+        target network, its action chosen by the online network with double Q."""
         q_selected = torch.nan_to_num(fwd_out[QF_PREDS].gather(-1, batch[Columns.ACTIONS].long().unsqueeze(-1)), neginf=0.0)
         q_target_next = fwd_out[QF_TARGET_NEXT_PREDS]
         chooser = fwd_out[QF_NEXT_PREDS] if config.double_q else q_target_next
         q_next_best = torch.nan_to_num(q_target_next.gather(-1, chooser.argmax(-1, keepdim=True)), neginf=0.0)
         q_selected, q_next_best = q_selected.squeeze(-1), q_next_best.squeeze(-1)
         not_terminated = 1.0 - batch[Columns.TERMINATEDS].float()
-        target = (batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * q_next_best).detach()
+        return q_selected, (batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * q_next_best).detach()
+
+    @torch.no_grad()
+    def replay_td_errors(self, batch: dict) -> torch.Tensor:
+        config = self.config.get_config_for_module(DEFAULT_MODULE_ID)
+        q_selected, target = self.q_and_target(config, batch, self.module[DEFAULT_MODULE_ID]._forward_train(batch))
+        return (q_selected - target).abs()
+
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
+        """RLlib's DQN loss (``DQNTorchLearner.compute_loss_for_module``, one atom): the n-step TD
+        target from the target network (its action chosen by the online network with double Q),
+        the Huber or squared error, weighted; a masked Q-value (-inf) counts as 0."""
+        q_selected, target = self.q_and_target(config, batch, fwd_out)
         error = torch.nn.functional.huber_loss if config.td_error_loss_fn == "huber" else torch.nn.functional.mse_loss
         total = (batch[WEIGHTS] * error(q_selected, target, reduction="none")).mean()
         if not metrics:
@@ -190,6 +204,12 @@ class DeviceDQNConfig(DeviceReplayConfig, DeviceRolloutsConfig, DQNConfig):
         self._validate_device_rollouts()
         self._check_discrete_actions()
         self._validate_device_replay()
+        if is_prioritized(self.replay_buffer_config) and self.num_atoms > 1:
+            raise ValueError(
+                f"prioritized replay gives each transition its TD error as priority, and distributional DQN "
+                f"(num_atoms={self.num_atoms}) has none: set num_atoms=1, or replay_buffer_config['type'] to "
+                f"'EpisodeReplayBuffer'"
+            )
         super().validate()
 
     def _check_discrete_actions(self) -> None:

@@ -1,9 +1,13 @@
-"""A replay buffer that lives on the learner's device: preallocated circular tensors.
+"""Replay buffers that live on the learner's device: preallocated circular tensors.
 
 ``add`` writes a batch of transitions with one indexed copy per column, ``sample`` draws
-uniform minibatches with one random index tensor and one gather per column: nothing loops over
-transitions in Python, and on a GPU nothing leaves it. Its capacity is checked against the
-device's free memory before anything is allocated.
+minibatches with one random index tensor and one gather per column: nothing loops over
+transitions in Python, and on a GPU nothing leaves it (no host sync either). Their capacity is
+checked against the device's free memory before anything is allocated.
+
+``DeviceReplayBuffer`` draws uniformly; ``PrioritizedDeviceReplayBuffer`` draws in proportion
+to priorities, as RLlib's ``PrioritizedEpisodeReplayBuffer`` does, with a cumulative sum and a
+binary search over a priority column instead of its segment trees in Python.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import torch
 
 from rllib_gpuenv.core.devices import check_fits
+
+WEIGHTS = "weights"  # a draw's importance-sampling weights, RLlib's column name
 
 
 class DeviceReplayBuffer:
@@ -22,11 +28,13 @@ class DeviceReplayBuffer:
         device: where the buffer lives (the learner's device).
     """
 
+    extra_bytes = 0  # per transition, beside the columns (a subclass's own)
+
     def __init__(self, capacity: int, example: dict[str, torch.Tensor], device: torch.device, seed: int | None = None):
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"replay_buffer_config['capacity'] must be a positive integer, got {capacity!r}")
         per_transition = sum(t.element_size() * max(1, t.numel()) for t in example.values())
-        check_fits(capacity, per_transition, torch.device(device), "replay_buffer_config['capacity']")
+        check_fits(capacity, per_transition + self.extra_bytes, torch.device(device), "replay_buffer_config['capacity']")
         self.capacity = capacity
         self.device = torch.device(device)
         self.columns = {k: torch.empty((capacity, *t.shape), dtype=t.dtype, device=self.device) for k, t in example.items()}
@@ -46,14 +54,24 @@ class DeviceReplayBuffer:
         index = (torch.arange(k, device=self.device) + self.position) % self.capacity
         for name, column in self.columns.items():
             column.index_copy_(0, index, transitions[name].to(self.device, column.dtype))
+        self._added_at(index)
         self.position = (self.position + k) % self.capacity
         self.size = min(self.capacity, self.size + k)
 
+    def _added_at(self, index: torch.Tensor) -> None:
+        """A subclass's hook: the rows ``index`` now hold new transitions."""
+
     def sample(self, num_items: int) -> dict[str, torch.Tensor]:
-        """``num_items`` transitions drawn uniformly, with replacement."""
+        """``num_items`` transitions drawn uniformly, with replacement, and their weights (all 1)."""
+        self._check_not_empty()
+        index = torch.randint(0, self.size, (num_items,), device=self.device, generator=self._generator)
+        return {**self._gather(index), WEIGHTS: torch.ones(num_items, device=self.device)}
+
+    def _check_not_empty(self) -> None:
         if self.size == 0:
             raise RuntimeError("the replay buffer is empty: add transitions before sampling")
-        index = torch.randint(0, self.size, (num_items,), device=self.device, generator=self._generator)
+
+    def _gather(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: column.index_select(0, index) for name, column in self.columns.items()}
 
     def get_state(self, with_contents: bool = False) -> dict:
@@ -72,3 +90,78 @@ class DeviceReplayBuffer:
         else:  # counters only make sense with the transitions they count
             self.size = self.position = 0
             self.added = state["added"]
+
+
+class PrioritizedDeviceReplayBuffer(DeviceReplayBuffer):
+    """Proportional prioritized replay (Schaul et al., 2016) with RLlib's arithmetic
+    (``PrioritizedEpisodeReplayBuffer``): transition ``i`` is drawn with probability
+    ``p_i ** alpha / sum_k p_k ** alpha``; a new one gets the highest priority seen so far; after
+    an update the drawn ones' priorities become their absolute TD errors (``update_priorities``,
+    at least 1e-12); a draw's importance-sampling weight is ``(N * P(i)) ** -beta`` divided by the
+    largest any transition held could get, i.e. ``(p_min / p_i) ** (alpha * beta)``.
+
+    A draw is one cumulative sum over the held priorities and a binary search per item: O(N) work
+    per draw where a sum tree takes O(log N) per item, but a handful of device ops for a whole
+    round's minibatches, with nothing read back to the host.
+    """
+
+    extra_bytes = 4  # the priority column
+
+    def __init__(
+        self,
+        capacity: int,
+        example: dict[str, torch.Tensor],
+        device: torch.device,
+        seed: int | None = None,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+    ):
+        super().__init__(capacity, example, device, seed)
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.priorities = torch.zeros(capacity, dtype=torch.float32, device=self.device)  # p ** alpha
+        self.max_priority = torch.ones((), dtype=torch.float32, device=self.device)  # the highest p seen
+        self._drawn: torch.Tensor | None = None  # the last draw's rows, for update_priorities
+
+    def _added_at(self, index: torch.Tensor) -> None:
+        self.priorities.index_fill_(0, index, self.max_priority**self.alpha)
+
+    def sample(self, num_items: int) -> dict[str, torch.Tensor]:
+        """``num_items`` transitions drawn in proportion to their priorities, with replacement, and
+        their importance-sampling weights."""
+        self._check_not_empty()
+        held = self.priorities[: self.size].double()
+        cumulative = held.cumsum(0)
+        u = torch.rand(num_items, dtype=torch.float64, device=self.device, generator=self._generator) * cumulative[-1]
+        index = torch.searchsorted(cumulative, u, right=True).clamp_max_(self.size - 1)
+        self._drawn = index
+        weights = (held.min() / held[index]) ** self.beta
+        return {**self._gather(index), WEIGHTS: weights.float()}
+
+    def update_priorities(self, td_errors: torch.Tensor) -> None:
+        """The last draw's transitions get ``td_errors`` (absolute TD errors, one per item drawn)
+        as priorities (an item drawn twice: one of its two values)."""
+        if self._drawn is None:
+            raise RuntimeError("update_priorities sets the priorities of the last sample(): sample first")
+        if td_errors.shape != self._drawn.shape:
+            raise ValueError(f"{len(self._drawn)} items were drawn, but {tuple(td_errors.shape)} TD errors were given")
+        priority = td_errors.detach().to(self.device, torch.float32).nan_to_num(nan=0.0).clamp_min(1e-12)
+        self.priorities.index_copy_(0, self._drawn, priority**self.alpha)
+        self.max_priority = torch.maximum(self.max_priority, priority.max())
+        self._drawn = None
+
+    def get_state(self, with_contents: bool = False) -> dict:
+        state = super().get_state(with_contents)
+        if with_contents:
+            state["priorities"] = self.priorities[: self.size].cpu()
+            state["max_priority"] = float(self.max_priority)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        self._drawn = None
+        if "priorities" in state:
+            self.priorities[: self.size].copy_(state["priorities"])
+            self.max_priority.fill_(state["max_priority"])
+        elif "columns" in state:  # a uniform buffer's transitions: all as new ones
+            self.priorities[: self.size].fill_(float(self.max_priority) ** self.alpha)

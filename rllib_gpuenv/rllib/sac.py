@@ -38,6 +38,7 @@ from ray.rllib.algorithms.sac.sac_learner import (
 )
 from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 from ray.rllib.algorithms.sac.torch.sac_torch_learner import SACTorchLearner
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchSquashedGaussian
 from ray.rllib.core.learner.learner import POLICY_LOSS_KEY
@@ -82,6 +83,33 @@ class DeviceSACTorchLearner(
     lean_loss_of = SACTorchLearner
     _steps_since_target_update = 0
 
+    @staticmethod
+    def q_and_target(config, batch: dict, fwd_out: dict, alpha: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The Q networks' values of the taken actions (one per network, twin Q: two), and the soft
+        n-step target (detached): for ``Discrete`` actions the expectation over the next actions
+        under the softmax actor, for ``Box`` ones the sampled next action's value and log-probability."""
+        if ACTION_PROBS in fwd_out:
+            next_v = (fwd_out[ACTION_PROBS_NEXT] * (fwd_out[QF_TARGET_NEXT] - alpha * fwd_out[ACTION_LOG_PROBS_NEXT])).sum(-1)
+            actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
+            q_taken = [fwd_out[key].gather(-1, actions).squeeze(-1) for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
+        else:
+            next_v = fwd_out["q_target_next"] - alpha * fwd_out["logp_next_resampled"]
+            q_taken = [fwd_out[key] for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
+        not_terminated = 1.0 - batch[Columns.TERMINATEDS].float()
+        return q_taken, (batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * next_v).detach()
+
+    @staticmethod
+    def td_error(q_taken: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        """RLlib's SAC TD error: the absolute error, averaged over the Q networks."""
+        return sum((q - target).abs() for q in q_taken) / len(q_taken)
+
+    @torch.no_grad()
+    def replay_td_errors(self, batch: dict) -> torch.Tensor:
+        config = self.config.get_config_for_module(DEFAULT_MODULE_ID)
+        alpha = self.curr_log_alpha[DEFAULT_MODULE_ID].exp()
+        fwd_out = self.module[DEFAULT_MODULE_ID]._forward_train(batch)
+        return self.td_error(*self.q_and_target(config, batch, fwd_out, alpha))
+
     def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
         """RLlib's SAC loss (``SACTorchLearner._compute_loss_for_module_continuous`` for ``Box``
         actions, ``_discrete`` for ``Discrete`` ones) as one sum: the Huber errors of both Q
@@ -92,23 +120,16 @@ class DeviceSACTorchLearner(
         ``backward`` calls give it."""
         log_alpha = self.curr_log_alpha[module_id]
         alpha = log_alpha.detach().exp()
-        not_terminated = 1.0 - batch[Columns.TERMINATEDS].float()
-        discrete = ACTION_PROBS in fwd_out
-        if discrete:  # expectations over the actions, from the softmax actor's probabilities
-            next_v = (fwd_out[ACTION_PROBS_NEXT] * (fwd_out[QF_TARGET_NEXT] - alpha * fwd_out[ACTION_LOG_PROBS_NEXT])).sum(-1)
-            actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
-            q_taken = [fwd_out[key].gather(-1, actions).squeeze(-1) for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
+        q_taken, target = self.q_and_target(config, batch, fwd_out, alpha)
+        if ACTION_PROBS in fwd_out:  # discrete: expectations over the actions, from the softmax actor's probabilities
             probs, logp = fwd_out[ACTION_PROBS], fwd_out[ACTION_LOG_PROBS]
             q_all = [fwd_out[key] for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
             q_scored = (torch.min(*q_all) if len(q_all) > 1 else q_all[0]).detach()
             actor = (probs * (alpha * logp - q_scored)).sum(-1).mean()
             entropy, q_logged = (logp * probs).sum(-1), fwd_out[QF_PREDS]
         else:  # the sampled action's values and log-probabilities
-            next_v = fwd_out["q_target_next"] - alpha * fwd_out["logp_next_resampled"]
-            q_taken = [fwd_out[key] for key in (QF_PREDS, QF_TWIN_PREDS) if key in fwd_out]
             logp, q_logged = fwd_out["logp_resampled"], fwd_out["q_curr"]
             actor, entropy = (alpha * logp - q_logged).mean(), logp
-        target = (batch[Columns.REWARDS] + config.gamma ** batch[N_STEP] * not_terminated * next_v).detach()
         weights = batch[WEIGHTS]
         critics = [(weights * torch.nn.functional.huber_loss(q, target, reduction="none", delta=1.0)).mean() for q in q_taken]
         alpha_loss = -(log_alpha * (entropy.detach() + self.target_entropy[module_id])).mean()
@@ -116,7 +137,7 @@ class DeviceSACTorchLearner(
         if not metrics:
             return total, {}
         with torch.no_grad():
-            td_error = sum((q - target).abs() for q in q_taken) / len(q_taken)
+            td_error = self.td_error(q_taken, target)
             logged = {
                 POLICY_LOSS_KEY: actor.detach(),
                 QF_LOSS_KEY: critics[0].detach(),

@@ -11,6 +11,7 @@ from rllib_gpuenv.experiments import load_config, load_experiments
 from rllib_gpuenv.experiments.restore import check_restore, restoring
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.rllib import DeviceDQN, DeviceDQNConfig
+from rllib_gpuenv.rllib.replay_buffer import WEIGHTS
 
 DQN_FILE = config_file("gpu_cartpole_dqn.yaml")
 # A short learning test: seed 0 first passes a last-100 mean of 50 at iteration 11 (475 after ~227:
@@ -47,8 +48,15 @@ def test_the_shipped_file_holds_the_defaults():
     assert not differ, differ
 
 
-def test_device_dqn_learns_cartpole_on_cpu():
-    algo = load_config(DQN_FILE, device="cpu", seed=0).config.build_algo()
+PRIORITIZED = {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 10_000, "alpha": 0.6, "beta": 0.4}
+
+
+@pytest.mark.parametrize("replay", ["uniform", "prioritized"])
+def test_device_dqn_learns_cartpole_on_cpu(replay):
+    config = load_config(DQN_FILE, device="cpu", seed=0).config
+    if replay == "prioritized":  # RLlib's DQN default, with its alpha and beta
+        config.training(replay_buffer_config=PRIORITIZED)
+    algo = config.build_algo()
     try:
         for iteration in range(1, LEARNS_WITHIN_ITERATIONS + 1):  # noqa: B007 (read after the loop)
             result = algo.train()
@@ -74,6 +82,35 @@ def test_the_target_network_follows_env_steps_sampled():
             updates.append(int(result.get("learners", {}).get("default_policy", {}).get("num_target_updates", 0)))
         # learning starts at 256 steps (round 2); the target follows at 256, 512 and 768 steps
         assert updates == [0, 1, 1, 2, 2, 3]
+    finally:
+        algo.stop()
+
+
+def test_prioritized_replay_gives_the_drawn_transitions_their_td_errors_after_the_update():
+    """Each round's draws get, as priorities, their TD errors under the networks the round's
+    update left (the same draw made again from the priorities and generator state before it)."""
+    config = small_config(replay_buffer_config={**PRIORITIZED, "alpha": 0.5})
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            algo.train()
+        learner = algo.learner_group._learner
+        buffer = learner._replay
+        timesteps = {"num_env_steps_sampled_lifetime": 384}
+        before, generator = buffer.priorities.clone(), buffer._generator.get_state()
+        results = learner._update_from_replay(timesteps)
+        assert results["default_policy"]["num_module_steps_trained"] == 8 * 128  # 128 x 8 env steps, in 8 minibatches
+        after = buffer.priorities.clone()
+        buffer.priorities.copy_(before)
+        buffer._generator.set_state(generator)
+        batch = buffer.sample(8 * 128)
+        assert 0 < batch[WEIGHTS].min() < batch[WEIGHTS].max() <= 1  # over the largest weight any held transition gets
+        expected = learner.replay_td_errors(batch).clamp_min(1e-12) ** 0.5
+        drawn = buffer._drawn
+        torch.testing.assert_close(after[drawn], expected)
+        untouched = torch.ones(buffer.size, dtype=torch.bool)
+        untouched[drawn] = False
+        assert untouched.any() and torch.equal(after[: buffer.size][untouched], before[: buffer.size][untouched])
     finally:
         algo.stop()
 
@@ -135,6 +172,14 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         ({"n_step": 0}, r"n_step must be a positive integer for DeviceDQN, got 0"),
         ({"env": "GPUPendulum-v1"}, r"the env GPUPendulum-v1 has Box\(.*\) actions, but DeviceDQN needs Discrete ones"),
         ({"train_batch_size": 64}, r"train_batch_size=64 is RLlib's old total batch.*train_batch_size_per_learner; leave"),
+        (
+            {"replay_buffer_config": {**PRIORITIZED, "beta": -1}},
+            r"replay_buffer_config\['beta'\] must be a number >= 0, got -1",
+        ),
+        (
+            {"replay_buffer_config": PRIORITIZED, "num_atoms": 51},
+            r"distributional DQN \(num_atoms=51\) has none: set num_atoms=1, or replay_buffer_config",
+        ),
     ],
 )
 def test_a_setting_deviceDQN_cannot_train_with_fails_when_validated(change, message):

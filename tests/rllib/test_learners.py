@@ -182,18 +182,25 @@ def test_colocated_dqn_learners_fill_their_own_replay_shards_and_restore_them(tm
         restored.stop()
 
 
+def _max_priority(learner) -> float:
+    return float(learner._replay.max_priority)
+
+
 def _log_alpha(learner) -> float:
     return float(learner.curr_log_alpha[DEFAULT_MODULE_ID])
 
 
 def test_colocated_sac_learners_keep_one_temperature():
     """SAC's temperature is learnt outside the module that DDP keeps in step: its gradient is
-    averaged over the learners too, so they keep one alpha (each learns from its own envs and shard)."""
-    algo = sac().build_algo()
+    averaged over the learners too, so they keep one alpha (each learns from its own envs and shard).
+    The shards are prioritized (RLlib's SAC default): each learner's TD errors, through DDP's module."""
+    algo = sac().training(replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 1000}).build_algo()
     try:
         results = [algo.train() for _ in range(3)]
         assert results[-1]["learners"]["default_policy"]["num_module_steps_trained_lifetime"] > 0
         assert same_weights(*algo.call_learners(_weights))
+        for max_priority in algo.call_learners(_max_priority):
+            assert max_priority != 1.0  # the first TD errors, larger or smaller, set it
         first, second = algo.call_learners(_log_alpha)
         assert first == second != 0.0  # log(1.0) at the start
     finally:

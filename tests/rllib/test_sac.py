@@ -105,7 +105,9 @@ def test_discrete_actions_train():
 
 
 def test_a_checkpoint_restores_with_its_replay_buffer(tmp_path):
-    config = small_config()
+    """A prioritized buffer (RLlib's SAC default, with its alpha and beta): its transitions and
+    their priorities, which the SAC TD errors set, come back."""
+    config = small_config(replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100_000})
     config.device_replay(checkpoint_replay_buffer=True)
     algo = config.build_algo()
     try:
@@ -113,6 +115,8 @@ def test_a_checkpoint_restores_with_its_replay_buffer(tmp_path):
             algo.train()
         buffer = algo.learner_group._learner._replay
         saved = {name: column[: buffer.size].clone() for name, column in buffer.columns.items()}
+        priorities = buffer.priorities[: buffer.size].clone()
+        assert len(priorities.unique()) > buffer.size // 2  # most drawn, each its own TD error
         alpha = float(algo.learner_group._learner.curr_log_alpha["default_policy"])
         path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
     finally:
@@ -124,6 +128,9 @@ def test_a_checkpoint_restores_with_its_replay_buffer(tmp_path):
         restored.train()
         for name, column in saved.items():
             assert torch.equal(learner._replay.columns[name][: len(column)], column), name
+        assert (learner._replay.alpha, learner._replay.beta) == (0.6, 0.4)
+        kept = int((learner._replay.priorities[: len(priorities)] == priorities).sum())
+        assert kept >= len(priorities) - 2 * 64  # all but the round's two minibatches of draws
     finally:
         restored.stop()
 
@@ -134,8 +141,9 @@ def test_a_checkpoint_restores_with_its_replay_buffer(tmp_path):
         ({"train_batch_size_per_learner": 0}, r"train_batch_size_per_learner is DeviceSAC's minibatch .*got 0"),
         ({"replay_buffer_config": {"capacity": 0}}, r"replay_buffer_config\['capacity'\] must be a positive integer, got 0"),
         (
-            {"replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer"}},
-            r"replay_buffer_config\['type'\] is PrioritizedEpisodeReplayBuffer, but DeviceSAC's buffer .* samples uniformly",
+            {"replay_buffer_config": {"type": "ReservoirReplayBuffer", "capacity": 10}},
+            r"replay_buffer_config\['type'\] is ReservoirReplayBuffer, but DeviceSAC's buffer .* draws uniformly or by "
+            r"priority: set it to 'EpisodeReplayBuffer' \(uniform, the default\) or 'PrioritizedEpisodeReplayBuffer'",
         ),
         ({"lr": 0.001}, r"For SAC use the specific learning rate parameters"),  # RLlib's own check
     ],
