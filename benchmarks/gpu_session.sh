@@ -30,7 +30,7 @@
 #             as a launch per step, PPO's and DQN's recorded rollouts replayed bit for
 #             bit as the rollout stepped from Python, SAC's step captured with its noise drawn; gymnax stepping
 #             on the GPU in memory shared with torch; Tune's reset in place freeing the previous
-#             build's GPU memory), the PTX compile for the device's compute
+#             build's GPU memory; a prioritized replay round without a host sync), the PTX compile for the device's compute
 #             capability, the simulator and host-read tests. Brax's GPU test skips there: MuJoCo's
 #             wheels are over what a call carries beside Ray; it runs on a GPU machine of one's own;
 #   bench     the block-size search at 2^16, 2^20, 2^24 envs, per-step scaling of the CUDA

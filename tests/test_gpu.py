@@ -626,3 +626,22 @@ def test_a_reset_in_place_frees_the_previous_builds_gpu_memory():
         assert torch.cuda.memory_allocated() <= 1.2 * one_build, (torch.cuda.memory_allocated(), one_build)
     finally:
         algo.stop()
+
+
+def test_a_prioritized_replay_round_waits_for_nothing_on_the_gpu():
+    """Adds at the highest priority, a draw by cumulative sum and binary search, the priorities
+    set from TD errors: queued work, no host sync (``test_replay_buffer.py`` counts reads on the CPU)."""
+    from rllib_gpuenv.rllib.replay_buffer import PrioritizedDeviceReplayBuffer
+
+    cuda = torch.device("cuda")
+    buffer = PrioritizedDeviceReplayBuffer(1_000_000, {"obs": torch.zeros(4, device=cuda)}, cuda, 0)
+    transitions = {"obs": torch.randn(65_536, 4, device=cuda)}
+
+    def one_round() -> None:
+        buffer.add(transitions)
+        draws = buffer.sample(4096)
+        buffer.update_priorities(draws["obs"].abs().sum(-1))
+
+    one_round()
+    assert count_syncs(one_round) == 0
+    assert buffer.size == 131_072 and float(buffer.max_priority) > 1.0

@@ -146,6 +146,7 @@ class Task:
 
 
 DEFAULT_TASK = "cartpole-ppo"
+PRIORITIZED_REPLAY = {"type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4}  # RLlib's DQN and SAC defaults
 TASKS = {
     task.name: task
     for task in (
@@ -239,11 +240,18 @@ TASKS = {
             start_return=0.0,
             contenders={
                 "device": "ours: device path (DeviceDQN)",
+                "device-prioritized": "ours: DeviceDQN, prioritized replay",
                 "stock-rllib": "stock RLlib DQN on gymnasium CartPole",
                 "sb3": "Stable-Baselines3 DQN (RL-Zoo)",
                 "purejaxrl": "PureJaxRL DQN (JAX, gymnax)",
             },
-            config_files={"device": "gpu_cartpole_dqn.yaml", "stock-rllib": "cartpole_dqn_stock_rllib.yaml"},
+            config_files={
+                "device": "gpu_cartpole_dqn.yaml",
+                "device-prioritized": "gpu_cartpole_dqn.yaml",
+                "stock-rllib": "cartpole_dqn_stock_rllib.yaml",
+            },
+            # the device file's settings with RLlib's DQN default buffer: prioritized, alpha 0.6, beta 0.4
+            overrides={"device-prioritized": {"replay_buffer_config": PRIORITIZED_REPLAY | {"capacity": 10_000}}},
             sb3=SB3Setup(
                 "DQN",
                 "CartPole-v1",
@@ -335,10 +343,11 @@ ALL_CONTENDERS = {key: label for task in TASKS.values() for key, label in task.c
 
 
 def _experiment_file(task: Task, contender: str, device_config: str | None) -> str:
-    """The contender's experiment file: the task's shipped one, or ``device_config`` for ``device``."""
+    """The contender's experiment file: the task's shipped one, or ``device_config`` for ``device``
+    and for the contenders that run the device's file with settings changed (``Task.overrides``)."""
     from rllib_gpuenv.experiments.shipped import config_file
 
-    if contender == "device" and device_config:
+    if device_config and task.config_files.get(contender) == task.config_files.get("device"):
         if not os.path.isfile(device_config):
             raise FileNotFoundError(f"--device-config {device_config}: no such file")
         return device_config

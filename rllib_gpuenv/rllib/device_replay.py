@@ -128,7 +128,7 @@ class DeviceReplayConfig:
 
     def _init_device_replay(self) -> None:
         self.checkpoint_replay_buffer = False
-        self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 10_000}  # uniform, as the buffer samples
+        self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 10_000}  # uniform (the files tuned with it)
 
     def device_replay(self, *, checkpoint_replay_buffer=NotProvided):
         """Whether checkpoints hold the replay buffer's transitions."""

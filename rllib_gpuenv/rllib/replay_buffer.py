@@ -124,7 +124,7 @@ class PrioritizedDeviceReplayBuffer(DeviceReplayBuffer):
         self._drawn: torch.Tensor | None = None  # the last draw's rows, for update_priorities
 
     def _added_at(self, index: torch.Tensor) -> None:
-        self.priorities.index_fill_(0, index, self.max_priority**self.alpha)
+        self.priorities.index_put_((index,), self.max_priority**self.alpha)  # index_fill_ would read the value back
 
     def sample(self, num_items: int) -> dict[str, torch.Tensor]:
         """``num_items`` transitions drawn in proportion to their priorities, with replacement, and

@@ -285,3 +285,25 @@ def test_curves_of_runs_too_short_to_end_an_episode_still_plot(tmp_path):
     ]
     path = plot_curves(runs, -1400, str(tmp_path), TASKS["pendulum-ppo"])
     assert os.path.getsize(path) > 0
+
+
+def test_every_contenders_settings_change_its_file_into_a_config_that_validates():
+    """A contender that runs another's file with settings changed (``Task.overrides``): the settings
+    apply and validate, e.g. DeviceDQN's prioritized replay with the shipped file's other settings."""
+    from rllib_gpuenv.bench.training import TASKS, _experiment_file
+    from rllib_gpuenv.experiments import apply_config, load_experiments
+
+    checked = []
+    for task in TASKS.values():
+        for contender, overrides in task.overrides.items():
+            (experiment,) = load_experiments(_experiment_file(task, contender, None))
+            apply_config(experiment.config, overrides, "overrides")
+            experiment.config.validate()
+            checked.append((task.name, contender))
+    assert ("cartpole-dqn", "device-prioritized") in checked
+    dqn = TASKS["cartpole-dqn"]
+    (experiment,) = load_experiments(_experiment_file(dqn, "device-prioritized", None))
+    apply_config(experiment.config, dqn.overrides["device-prioritized"], "overrides")
+    assert experiment.config.replay_buffer_config == {
+        "type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "capacity": 10_000
+    }  # fmt: skip

@@ -88,3 +88,15 @@ def test_a_uniform_buffers_transitions_restore_into_a_prioritized_one_as_new_one
     buffer = prioritized()
     buffer.set_state(uniform.get_state(with_contents=True))
     assert buffer.size == 5 and torch.equal(buffer.priorities[:5], torch.ones(5))
+
+
+def test_a_prioritized_round_reads_nothing_back():
+    """Adds, a draw and its priorities set: queued work on a GPU, no host sync (``HostReads``)."""
+    from tests.helpers import HostReads
+
+    buffer = PrioritizedDeviceReplayBuffer(64, {"x": torch.zeros(3)}, CPU, 0)
+    with HostReads() as reads:
+        buffer.add({"x": torch.randn(10, 3)})
+        draws = buffer.sample(32)
+        buffer.update_priorities(draws["x"].abs().sum(-1))
+    assert reads.total == 0, reads.counts
