@@ -7,7 +7,8 @@ private to the command), that ``RLModule(config=...)`` is deprecated (RLlib 2.60
 ``RLModule.__init__`` builds the deprecated config object for every module: the package does
 not pass one), that gputil is not installed (GPU monitoring the commands do not use), that a slow
 setup could reuse Tune's actors (`rllib train` does for the device algorithms, and RLlib's own
-cannot: their trials would fail), and, for
+cannot: their trials would fail), that a checkpoint was saved, and where (between the progress
+table's rows; `rllib train` names each trial's latest checkpoint at the end), and, for
 gymnax's envs, that JAX found no TPU library (it looks for one on every machine), and for Brax's,
 which JAX device MuJoCo's MJX uses (the runner chose it).
 ``quiet_start`` filters exactly these messages from their loggers, in this process and, through
@@ -32,6 +33,9 @@ NOTICES = {
     "ray.tune.trainable.trainable": "Trainable.setup took",
     "jax._src.xla_bridge": "Unable to initialize backend 'tpu'",
     "": "Using JAX default device",  # MuJoCo's MJX logs it on the root logger whenever a Brax env is traced
+    # every checkpoint's path, from the trial's process, between the progress table's rows: `rllib train`
+    # names each trial's latest checkpoint when the experiment ends
+    "ray.train._internal.storage": "Checkpoint successfully created at",
 }
 # A warning (not a log record) dropped alike: once JAX runs (a gymnax env was checked), it warns at
 # every fork, and Ray starts its processes by fork and exec, where no JAX code runs in the child.

@@ -57,6 +57,17 @@ Going on: --restore CHECKPOINT starts the trials from a checkpoint; after Ctrl-C
 command with --resume goes on with the interrupted experiment."""
 
 
+MAX_CHECKPOINT_LINES = 4  # more trials: one line for them all
+
+
+def checkpoint_lines(results) -> list[str]:
+    """Where each trial's latest checkpoint is: what `rllib evaluate` and `--restore` take."""
+    paths = [result.checkpoint.path for result in results if result.checkpoint is not None]
+    if len(paths) > MAX_CHECKPOINT_LINES:
+        return [f"{len(paths)} trials kept checkpoints, each in its trial's folder (checkpoint_<n>, the latest the highest)"]
+    return [f"latest checkpoint: {path}" for path in paths]
+
+
 def _mapping(text: str) -> dict:
     """A JSON (or YAML flow) mapping from the command line."""
     try:
@@ -325,6 +336,8 @@ def train_command(args) -> int:
             )
         errors = [r.error for r in results if r.error is not None]
         print(f"experiment {experiment.name!r}: {len(results)} trial(s), results in {results.experiment_path}")
+        for line in checkpoint_lines(results):
+            print(line)
         if interrupted.happened:  # Tune saved the experiment's state: --resume goes on with it
             how = (
                 "each from its latest checkpoint"

@@ -270,6 +270,10 @@ def test_a_scheduler_stops_trials_and_checkpoints_are_kept_by_score(tmp_path):
     for trial in trials:
         kept = sorted(os.path.basename(c) for c in glob.glob(os.path.join(trial, "checkpoint_*")))
         assert kept == ["checkpoint_000000", "checkpoint_000002"], kept  # iteration 1 (the best), 3 (the latest)
+    # each trial's latest checkpoint named once, at the end; not every checkpoint as it is saved
+    named = sorted(line.removeprefix("latest checkpoint: ") for line in out.stdout.splitlines() if "latest checkpoint" in line)
+    assert named == sorted(os.path.join(trial, "checkpoint_000002") for trial in trials), out.stdout
+    assert "Checkpoint successfully created" not in out.stdout + out.stderr
 
 
 def test_a_scheduler_that_cannot_run_is_named_before_ray_starts():
