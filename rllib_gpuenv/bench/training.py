@@ -221,15 +221,19 @@ TASKS = {
             start_return=-1200.0,
             contenders={
                 "device": "ours: device path (DeviceSAC)",
+                "device-prioritized": "ours: DeviceSAC, prioritized replay",
                 "device-ppo": "ours: device path (DevicePPO)",
                 "stock-rllib": "stock RLlib SAC on gymnasium Pendulum",
                 "sb3": "Stable-Baselines3 SAC (RL-Zoo)",
             },
             config_files={
                 "device": "gpu_pendulum_sac.yaml",
+                "device-prioritized": "gpu_pendulum_sac.yaml",
                 "device-ppo": "gpu_pendulum_ppo.yaml",
                 "stock-rllib": "pendulum_sac_stock_rllib.yaml",
             },
+            # the device file's settings with RLlib's SAC default buffer: prioritized, alpha 0.6, beta 0.4
+            overrides={"device-prioritized": {"replay_buffer_config": PRIORITIZED_REPLAY | {"capacity": 100_000}}},
             # RL-Zoo's Pendulum-v1 SAC: SB3's defaults (one env, a gradient step of 256 per env step,
             # 256x256 networks, learning from step 100) and lr 1e-3, for 20k steps
             sb3=SB3Setup("SAC", "Pendulum-v1", n_envs=1, total_timesteps=20_000, hyperparameters=dict(learning_rate=1e-3)),

@@ -289,7 +289,8 @@ def test_curves_of_runs_too_short_to_end_an_episode_still_plot(tmp_path):
 
 def test_every_contenders_settings_change_its_file_into_a_config_that_validates():
     """A contender that runs another's file with settings changed (``Task.overrides``): the settings
-    apply and validate, e.g. DeviceDQN's prioritized replay with the shipped file's other settings."""
+    apply and validate, e.g. DeviceDQN's and DeviceSAC's prioritized replay with their shipped files'
+    other settings."""
     from rllib_gpuenv.bench.training import TASKS, _experiment_file
     from rllib_gpuenv.experiments import apply_config, load_experiments
 
@@ -300,7 +301,7 @@ def test_every_contenders_settings_change_its_file_into_a_config_that_validates(
             apply_config(experiment.config, overrides, "overrides")
             experiment.config.validate()
             checked.append((task.name, contender))
-    assert ("cartpole-dqn", "device-prioritized") in checked
+    assert {("cartpole-dqn", "device-prioritized"), ("pendulum-sac", "device-prioritized")} <= set(checked)
     dqn = TASKS["cartpole-dqn"]
     (experiment,) = load_experiments(_experiment_file(dqn, "device-prioritized", None))
     apply_config(experiment.config, dqn.overrides["device-prioritized"], "overrides")
