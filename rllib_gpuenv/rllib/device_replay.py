@@ -157,6 +157,11 @@ class DeviceReplayConfig:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                     raise ValueError(f"replay_buffer_config['{key}'] must be a number >= 0, got {value!r}")
         capacity = self.replay_buffer_config.get("capacity")
+        if capacity is None:
+            raise ValueError(
+                f"replay_buffer_config has no 'capacity' (RLlib's training(replay_buffer_config=...) replaces the whole "
+                f"dict when its 'type' changes): give it, e.g. {{'type': '{type_name}', 'capacity': 10000}}"
+            )
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"replay_buffer_config['capacity'] must be a positive integer, got {capacity!r}")
         if isinstance(self.n_step, (tuple, list)) or self.n_step < 1:

@@ -173,6 +173,11 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         ({"env": "GPUPendulum-v1"}, r"the env GPUPendulum-v1 has Box\(.*\) actions, but DeviceDQN needs Discrete ones"),
         ({"train_batch_size": 64}, r"train_batch_size=64 is RLlib's old total batch.*train_batch_size_per_learner; leave"),
         (
+            {"replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer"}},  # RLlib drops the rest of the dict
+            r"replay_buffer_config has no 'capacity' \(RLlib's .* replaces the whole dict when its 'type' changes\): give "
+            r"it, e.g. \{'type': 'PrioritizedEpisodeReplayBuffer', 'capacity': 10000\}",
+        ),
+        (
             {"replay_buffer_config": {**PRIORITIZED, "beta": -1}},
             r"replay_buffer_config\['beta'\] must be a number >= 0, got -1",
         ),
