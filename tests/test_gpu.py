@@ -634,7 +634,7 @@ def test_a_prioritized_replay_round_waits_for_nothing_on_the_gpu():
     from rllib_gpuenv.rllib.replay_buffer import PrioritizedDeviceReplayBuffer
 
     cuda = torch.device("cuda")
-    buffer = PrioritizedDeviceReplayBuffer(1_000_000, {"obs": torch.zeros(4, device=cuda)}, cuda, 0)
+    buffer = PrioritizedDeviceReplayBuffer(1_000_000, {"obs": torch.zeros(4, device=cuda)}, cuda, 0, alpha=0.6, beta=0.4)
     transitions = {"obs": torch.randn(65_536, 4, device=cuda)}
 
     def one_round() -> None:

@@ -114,8 +114,8 @@ class PrioritizedDeviceReplayBuffer(DeviceReplayBuffer):
         device: torch.device,
         seed: int | None = None,
         *,
-        alpha: float = 0.6,
-        beta: float = 0.4,
+        alpha: float,
+        beta: float,
     ):
         super().__init__(capacity, example, device, seed)
         self.alpha, self.beta = float(alpha), float(beta)

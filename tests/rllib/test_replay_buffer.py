@@ -94,7 +94,7 @@ def test_a_prioritized_round_reads_nothing_back():
     """Adds, a draw and its priorities set: queued work on a GPU, no host sync (``HostReads``)."""
     from tests.helpers import HostReads
 
-    buffer = PrioritizedDeviceReplayBuffer(64, {"x": torch.zeros(3)}, CPU, 0)
+    buffer = PrioritizedDeviceReplayBuffer(64, {"x": torch.zeros(3)}, CPU, 0, alpha=0.6, beta=0.4)
     with HostReads() as reads:
         buffer.add({"x": torch.randn(10, 3)})
         draws = buffer.sample(32)
