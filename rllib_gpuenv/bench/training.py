@@ -351,7 +351,10 @@ def _experiment_file(task: Task, contender: str, device_config: str | None) -> s
     and for the contenders that run the device's file with settings changed (``Task.overrides``)."""
     from rllib_gpuenv.experiments.shipped import config_file
 
-    if device_config and task.config_files.get(contender) == task.config_files.get("device"):
+    runs_the_devices_file = contender == "device" or (
+        contender in task.overrides and task.config_files.get(contender) == task.config_files.get("device")
+    )
+    if device_config and runs_the_devices_file:
         if not os.path.isfile(device_config):
             raise FileNotFoundError(f"--device-config {device_config}: no such file")
         return device_config

@@ -305,6 +305,9 @@ def test_every_contenders_settings_change_its_file_into_a_config_that_validates(
     dqn = TASKS["cartpole-dqn"]
     (experiment,) = load_experiments(_experiment_file(dqn, "device-prioritized", None))
     apply_config(experiment.config, dqn.overrides["device-prioritized"], "overrides")
+    # --device-config replaces the device's file for the contenders that change its settings, not for the others
+    assert _experiment_file(dqn, "device-prioritized", __file__) == __file__
+    assert _experiment_file(TASKS["breakout-ppo"], "random", __file__) != __file__
     assert experiment.config.replay_buffer_config == {
         "type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "capacity": 10_000
     }  # fmt: skip
