@@ -19,6 +19,7 @@ from tests.update_paths import (
     CAPTURED,
     LEAN,
     assert_same,
+    assert_same_td_errors,
     dqn_updates,
     noiseless_gaussians,
     ppo_runs,
@@ -506,6 +507,7 @@ def test_a_captured_dqn_update_trains_as_the_eager_one(double_q, loss):
     learner = runs[CAPTURED][2]
     assert learner._step_graph is not None and learner._step_graph.graph is not None, learner._step_graph_failure
     assert_same({path: run[:2] for path, run in runs.items()}, rtol=1e-3, atol=1e-4)
+    assert_same_td_errors(runs[LEAN][2], learner, rtol=1e-3, atol=1e-4)  # prioritized replay's, written in the graph
 
 
 def test_a_captured_sac_update_trains_as_the_eager_one_does(monkeypatch):
@@ -518,6 +520,7 @@ def test_a_captured_sac_update_trains_as_the_eager_one_does(monkeypatch):
     learner = runs[CAPTURED][2]
     assert learner._step_graph is not None and learner._step_graph.graph is not None, learner._step_graph_failure
     assert_same({path: run[:2] for path, run in runs.items()}, rtol=1e-3, atol=1e-4)
+    assert_same_td_errors(runs[LEAN][2], learner, rtol=1e-3, atol=1e-4)  # prioritized replay's, written in the graph
 
 
 def test_a_sac_step_with_its_noise_is_captured():

@@ -152,8 +152,10 @@ def noiseless_gaussians(monkeypatch) -> None:
 def replay_updates(config, path: str) -> tuple[dict, list[dict], object]:
     """Weights and metrics after three updates of 16 minibatches of 128 of a new learner of
     ``config`` (DeviceDQN's or DeviceSAC's), on transitions from its own env runner; and the
-    learner, with ``storage`` after its first update and after its last (``learner.storages``)
-    and its weights before the first (``learner.start_weights``)."""
+    learner, with ``storage`` after its first update and after its last (``learner.storages``),
+    its weights before the first (``learner.start_weights``) and, but on RLlib's path (whose TD
+    errors come from an extra forward pass, with its own random draws in SAC's), the TD errors
+    each update handed out for prioritized replay (``learner.td_errors``)."""
     algo = config.build_algo()
     try:
         learner = algo.learner_group._learner
@@ -161,17 +163,27 @@ def replay_updates(config, path: str) -> tuple[dict, list[dict], object]:
         assert learner.lean_update_applies() == (path != RLLIB)
         learner.start_weights = {k: v.detach().clone() for k, v in learner.module["default_policy"].state_dict().items()}
         torch.manual_seed(0)  # SAC's losses draw actions: each path the same ones
-        results = []
+        results, learner.td_errors = [], []
         for i in range(3):
             batch = n_step_transitions(algo.env_runner.sample(), config.n_step, config.gamma)
             batch[WEIGHTS] = torch.ones(len(batch["obs"]), device=batch["obs"].device)
             batch = {k: v.repeat_interleave(9, dim=0)[:2048] for k, v in batch.items()}  # 16 minibatches of 128
-            result = learner.update_on_draws(batch, {NUM_ENV_STEPS_SAMPLED_LIFETIME: 256 * (i + 1)})
+            td_errors = None if path == RLLIB else torch.full_like(batch[WEIGHTS], float("nan"))
+            result = learner.update_on_draws(batch, {NUM_ENV_STEPS_SAMPLED_LIFETIME: 256 * (i + 1)}, td_errors)
+            learner.td_errors += [] if td_errors is None else [td_errors]
             results.append({k: float(v.peek()) for k, v in result["default_policy"].items() if k in COMPARED})
             learner.storages = [*getattr(learner, "storages", [])[:1], storage(learner)]
         return {k: v.detach().clone() for k, v in learner.module["default_policy"].state_dict().items()}, results, learner
     finally:
         algo.stop()
+
+
+def assert_same_td_errors(learner, other, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """The two learners of ``replay_updates`` handed out the same TD errors, one for every row."""
+    assert len(learner.td_errors) == 3
+    for mine, theirs in zip(learner.td_errors, other.td_errors, strict=True):
+        assert torch.isfinite(mine).all() and (mine >= 0).all()
+        torch.testing.assert_close(theirs, mine, rtol=rtol, atol=atol)
 
 
 def assert_same(runs: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:

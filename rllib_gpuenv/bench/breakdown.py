@@ -298,8 +298,10 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
     try:
         algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)
         if not is_ppo:
-            clock.wrap(algo.learner_group._learner._replay, "add", "training data")
-            clock.wrap(algo.learner_group._learner._replay, "sample", "training data")
+            replay = algo.learner_group._learner._replay
+            for method in ("add", "sample", "update_priorities"):  # the last: prioritized replay's
+                if hasattr(replay, method):
+                    clock.wrap(replay, method, "training data")
         return _train(algo, iterations, clock)
     finally:
         clock.unwrap()  # device_replay.n_step_transitions is the module's own function again

@@ -13,12 +13,13 @@ all of a sampling round's gradient steps. An iteration runs rounds until it has
 
 With ``replay_buffer_config["type"]`` RLlib's ``PrioritizedEpisodeReplayBuffer``, the buffer
 draws in proportion to priorities (``PrioritizedDeviceReplayBuffer``, RLlib's ``alpha`` and
-``beta``) and the loss weighs each draw by its importance-sampling weight. After the round's
-update, one batched pass without gradients computes the drawn transitions' TD errors under the
-updated networks (``replay_td_errors``), which become their priorities. RLlib takes each
-minibatch's TD errors from its loss, before that minibatch's gradient step: here they are at
-most one round's gradient steps newer, and the loss stays as it is (and a captured CUDA graph
-with it).
+``beta``) and the loss weighs each draw by its importance-sampling weight. The drawn
+transitions' absolute TD errors become their priorities after the round's update. As in RLlib's
+DQN they come from the loss, each minibatch's from its own gradient step, under the networks
+that step started from: the lean update hands them out (its ``row_outputs``, written inside a
+captured CUDA graph too), so they cost no forward pass of their own. Where RLlib's update runs
+instead (its log keeps only the last minibatch's), one batched pass without gradients computes
+them under the networks the update left (``replay_td_errors``).
 
 The buffer lives with the learner (``DeviceReplayLearner.replay_round``). With several learners
 it is sharded, ``capacity / num_learners`` transitions each: colocated learners fill their shards
@@ -51,6 +52,7 @@ from ray.rllib.utils.metrics import (
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     REPLAY_BUFFER_RESULTS,
     SYNCH_WORKER_WEIGHTS_TIMER,
+    TD_ERROR_KEY,
     TIMERS,
 )
 
@@ -229,9 +231,11 @@ class DeviceReplayLearner:
     def _update_from_replay(self, timesteps: dict) -> dict:
         minibatch = self.config.train_batch_size_per_learner
         batch = self._replay.sample(self.config.updates_per_round * minibatch)
-        results = self.update_on_draws(batch, timesteps)
-        if isinstance(self._replay, PrioritizedDeviceReplayBuffer):
-            self._replay.update_priorities(self.replay_td_errors(batch))
+        if not isinstance(self._replay, PrioritizedDeviceReplayBuffer):
+            return self.update_on_draws(batch, timesteps)
+        td_errors = torch.empty_like(batch[WEIGHTS])
+        results = self.update_on_draws(batch, timesteps, td_errors=td_errors)
+        self._replay.update_priorities(td_errors)
         return results
 
     def replay_td_errors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -240,13 +244,18 @@ class DeviceReplayLearner:
         algorithm supplies it)."""
         raise NotImplementedError(f"{type(self).__name__} has no TD errors for prioritized replay")
 
-    def update_on_draws(self, batch: dict[str, torch.Tensor], timesteps: dict) -> dict:
+    def update_on_draws(self, batch: dict[str, torch.Tensor], timesteps: dict, td_errors: torch.Tensor | None = None) -> dict:
         """One update, a gradient step per ``train_batch_size_per_learner`` rows of ``batch``
         (transitions drawn from the buffer), in order: the draws are already random. The lean
-        loop where the learner has one (``LeanUpdate``) and it applies, else RLlib's update."""
+        loop where the learner has one (``LeanUpdate``) and it applies, else RLlib's update.
+        ``td_errors``, if given, receives each row's absolute TD error: from the loss of the
+        row's gradient step in the lean loop, from ``replay_td_errors`` after RLlib's update."""
         minibatch = self.config.train_batch_size_per_learner
         if isinstance(self, LeanUpdate) and self.lean_update_applies():
-            return self.lean_update(batch, timesteps=timesteps, num_epochs=1, minibatch_size=minibatch, shuffle=False)
+            row_outputs = None if td_errors is None else {TD_ERROR_KEY: td_errors}
+            return self.lean_update(
+                batch, timesteps=timesteps, num_epochs=1, minibatch_size=minibatch, shuffle=False, row_outputs=row_outputs
+            )
         results = self.update(
             batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=len(batch[WEIGHTS])),
             timesteps=timesteps,
@@ -255,7 +264,9 @@ class DeviceReplayLearner:
             shuffle_batch_per_epoch=False,
         )
         for module_results in results.values():
-            module_results.pop("td_error", None)  # per-sample TD errors (no priorities here)
+            module_results.pop(TD_ERROR_KEY, None)  # the last minibatch's per-row TD errors: not a metric
+        if td_errors is not None:
+            td_errors.copy_(self.replay_td_errors(batch))
         return results
 
     def get_replay_state(self, with_contents: bool) -> dict | None:

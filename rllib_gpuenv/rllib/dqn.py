@@ -29,6 +29,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.metrics import TD_ERROR_KEY
 
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.colocated import ColocatedEnvs
@@ -76,22 +77,27 @@ class DeviceDQNTorchLearner(
         q_selected, target = self.q_and_target(config, batch, self.module[DEFAULT_MODULE_ID]._forward_train(batch))
         return (q_selected - target).abs()
 
-    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients, row_values=()):
         """RLlib's DQN loss (``DQNTorchLearner.compute_loss_for_module``, one atom): the n-step TD
         target from the target network (its action chosen by the online network with double Q),
-        the Huber or squared error, weighted; a masked Q-value (-inf) counts as 0."""
+        the Huber or squared error, weighted; a masked Q-value (-inf) counts as 0. Its per-row
+        value: the absolute TD error (``TD_ERROR_KEY``, prioritized replay's priority)."""
         q_selected, target = self.q_and_target(config, batch, fwd_out)
         error = torch.nn.functional.huber_loss if config.td_error_loss_fn == "huber" else torch.nn.functional.mse_loss
         total = (batch[WEIGHTS] * error(q_selected, target, reduction="none")).mean()
+        wanted = TD_ERROR_KEY in row_values
+        td_error = (q_selected.detach() - target).abs() if metrics or wanted else None
+        rows = {TD_ERROR_KEY: td_error} if wanted else {}
         if not metrics:
-            return total, {}
+            return total, rows
         with torch.no_grad():
             return total, {
                 QF_LOSS_KEY: total.detach(),
                 QF_MEAN_KEY: q_selected.mean(),
                 QF_MAX_KEY: q_selected.max(),
                 QF_MIN_KEY: q_selected.min(),
-                TD_ERROR_MEAN_KEY: (q_selected - target).abs().mean(),
+                TD_ERROR_MEAN_KEY: td_error.mean(),
+                **rows,
             }
 
 

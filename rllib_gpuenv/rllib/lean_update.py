@@ -61,11 +61,20 @@ class LeanUpdate:
     MAX_GRAPH_CHANGES = 3  # shapes that keep changing (each a new capture) make the eager loop cheaper
 
     def lean_loss(
-        self, module_id: str, config, batch: TensorColumns, fwd_out: dict, metrics: bool, coefficients: dict
+        self,
+        module_id: str,
+        config,
+        batch: TensorColumns,
+        fwd_out: dict,
+        metrics: bool,
+        coefficients: dict,
+        row_values: tuple[str, ...] = (),
     ) -> tuple[torch.Tensor, dict]:
         """The total loss of one minibatch, and (if ``metrics``, else ``{}``) what RLlib's loss
         logs, detached. The eager loop asks only the update's last minibatch for metrics.
-        ``coefficients`` holds ``lean_coefficients``' values (device tensors in a captured step)."""
+        ``coefficients`` holds ``lean_coefficients``' values (device tensors in a captured step).
+        Whatever ``metrics`` says, the returned dict also holds the per-row values named in
+        ``row_values`` (detached, one per row of ``batch``), for ``lean_update``'s ``row_outputs``."""
         raise NotImplementedError
 
     def lean_coefficients(self, module_id: str) -> dict:
@@ -93,11 +102,17 @@ class LeanUpdate:
         minibatch_size: int | None,
         shuffle: bool,
         env_steps: int | None = None,
+        row_outputs: TensorColumns | None = None,
     ) -> dict:
         """``num_epochs`` passes over ``columns`` (equal-length tensors on this learner's device)
         in minibatches of ``minibatch_size`` (None: the whole batch): the first epoch in the batch's
         order and, if ``shuffle``, every later one shuffled, as RLlib's iterator does. Returns
-        RLlib's reduced metrics, as ``Learner.update`` does."""
+        RLlib's reduced metrics, as ``Learner.update`` does.
+
+        ``row_outputs`` (name -> a tensor with a value per row of ``columns``) receive, at each
+        gradient step, the loss's per-row values of those names for that step's rows, as they
+        were before the step (a row in several steps keeps its last): prioritized replay's TD
+        errors come from the loss this way, as RLlib's DQN takes them from its loss."""
         module_id = DEFAULT_MODULE_ID
         config = self.config.get_config_for_module(module_id)
         timesteps = timesteps or {}
@@ -110,10 +125,11 @@ class LeanUpdate:
         module = self.module[module_id]
         module.train()  # what RLlib's ``forward_train`` does before every ``_forward_train``: once is enough
         coefficients = self.lean_coefficients(module_id)
-        graph = self._graph_for(columns, size, coefficients)
+        row_outputs = row_outputs or {}
+        graph = self._graph_for(columns, size, coefficients, tuple(row_outputs))
         if graph is not None:
             indices = minibatch_rows(rows, size, num_epochs, shuffle, self._device)
-            (loss, loss_metrics), nonfinite = graph.run(columns, indices, coefficients)
+            (loss, loss_metrics), nonfinite = graph.run(columns, indices, coefficients, row_outputs)
             if nonfinite:
                 logger.warning("Gradients held NaN/inf values in this update; they were set to zero, as RLlib does")
             if graph.failure is not None:
@@ -125,7 +141,11 @@ class LeanUpdate:
                 minibatch = {key: column[index] for key, column in columns.items()}
                 fwd_out = module._forward_train(minibatch)  # under DDP (several learners) through DDP's forward
                 last = epoch == num_epochs - 1 and start == starts[-1]
-                loss, loss_metrics = self.lean_loss(module_id, config, minibatch, fwd_out, last, coefficients)
+                loss, loss_metrics = self.lean_loss(
+                    module_id, config, minibatch, fwd_out, last, coefficients, tuple(row_outputs)
+                )
+                for key, output in row_outputs.items():
+                    output[index] = loss_metrics.pop(key)
                 norms = self.gradient_step(loss)
                 if last:
                     loss_metrics.update(norms)  # RLlib logs them every step with window=1: the last step's
@@ -158,7 +178,9 @@ class LeanUpdate:
             or cls.postprocess_gradients_for_module is not Learner.postprocess_gradients_for_module
         )
 
-    def _graph_for(self, columns: TensorColumns, size: int, coefficients: dict) -> StepGraph | None:
+    def _graph_for(
+        self, columns: TensorColumns, size: int, coefficients: dict, row_values: tuple[str, ...]
+    ) -> StepGraph | None:
         """The ``StepGraph`` for this update's shapes, or None where the eager loop runs: another
         device, ``cuda_graphs=False``, several learners (DDP's all-reduce), torch lr schedulers,
         gradient postprocessing of the learner's own, after a failed capture, or once the shapes
@@ -175,7 +197,7 @@ class LeanUpdate:
             return None
         optimizers = list(self._optimizer_parameters)
         graph = self._step_graph
-        if graph is None or graph.signature != signature(columns, size) or graph.optimizers != optimizers:
+        if graph is None or graph.signature != signature(columns, size, row_values) or graph.optimizers != optimizers:
             self._step_graph = None  # the old graph's memory goes first
             if graph is not None:
                 self._step_graph_changes += 1
@@ -184,18 +206,24 @@ class LeanUpdate:
                 logger.warning("The gradient step is no longer captured as a CUDA graph: %s", self._step_graph_failure)
                 return None
             capture = self._device.type == "cuda"
-            self._step_graph = StepGraph(self._graph_step, columns, size, coefficients, optimizers, capture=capture)
+            self._step_graph = StepGraph(
+                self._graph_step, columns, size, coefficients, optimizers, capture=capture, row_values=row_values
+            )
         return self._step_graph
 
     def _graph_step(self, buffers: StepBuffers) -> Outputs:
         """``gradient_step`` on the minibatch ``buffers.index`` of ``buffers.columns``, with
         nothing that reads back from the device: RLlib's clipping (``_clip_on_device``) and
-        its zeroing of NaN/inf gradients, the optimizers stepped directly. Metrics every step."""
+        its zeroing of NaN/inf gradients, the optimizers stepped directly. Metrics every step;
+        the per-row values written into ``buffers.row_outputs`` at the step's rows."""
         module_id = DEFAULT_MODULE_ID
         config = self.config.get_config_for_module(module_id)
         minibatch = {key: column[buffers.index] for key, column in buffers.columns.items()}
         fwd_out = self.module[module_id]._forward_train(minibatch)
-        loss, metrics = self.lean_loss(module_id, config, minibatch, fwd_out, True, buffers.coefficients)
+        row_values = tuple(buffers.row_outputs)
+        loss, metrics = self.lean_loss(module_id, config, minibatch, fwd_out, True, buffers.coefficients, row_values)
+        for key, output in buffers.row_outputs.items():
+            output.index_copy_(0, buffers.index, metrics.pop(key))
         for optimizer in self._optimizer_parameters:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()

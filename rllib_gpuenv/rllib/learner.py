@@ -177,7 +177,7 @@ class DevicePPOTorchLearner(LocalLearnerDevice, ColocatedEnvs, LeanUpdate, Fused
             coefficients["kl_coeff"] = self.curr_kl_coeffs_per_module[module_id]  # adapted after every update
         return coefficients
 
-    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients, row_values=()):
         """RLlib's PPO loss (``PPOTorchLearner.compute_loss_for_module``), term for term: the
         clipped surrogate, the squared value error clipped at ``vf_clip_param``, the entropy
         bonus and, with ``use_kl_loss``, the adaptive KL term; means over the valid steps."""

@@ -45,7 +45,7 @@ from ray.rllib.core.learner.learner import POLICY_LOSS_KEY
 from ray.rllib.core.learner.utils import update_target_network
 from ray.rllib.core.rl_module.apis import TargetNetworkAPI
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray.rllib.utils.metrics import LAST_TARGET_UPDATE_TS, NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_TARGET_UPDATES
+from ray.rllib.utils.metrics import LAST_TARGET_UPDATE_TS, NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_TARGET_UPDATES, TD_ERROR_KEY
 
 from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.colocated import ColocatedEnvs
@@ -110,14 +110,15 @@ class DeviceSACTorchLearner(
         fwd_out = self.module[DEFAULT_MODULE_ID]._forward_train(batch)
         return self.td_error(*self.q_and_target(config, batch, fwd_out, alpha))
 
-    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients):
+    def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients, row_values=()):
         """RLlib's SAC loss (``SACTorchLearner._compute_loss_for_module_continuous`` for ``Box``
         actions, ``_discrete`` for ``Discrete`` ones) as one sum: the Huber errors of both Q
         networks against the soft n-step target, the actor's loss and the temperature's. Each
         term reaches only its own network's parameters (the targets and the Q-values the actor
         is scored with are detached, or the Q networks frozen while the actor's action goes
         through them), so one ``backward`` gives each of the four optimizers what RLlib's four
-        ``backward`` calls give it."""
+        ``backward`` calls give it. Its per-row value: the absolute TD error averaged over the Q
+        networks (``TD_ERROR_KEY``, prioritized replay's priority)."""
         log_alpha = self.curr_log_alpha[module_id]
         alpha = log_alpha.detach().exp()
         q_taken, target = self.q_and_target(config, batch, fwd_out, alpha)
@@ -134,10 +135,12 @@ class DeviceSACTorchLearner(
         critics = [(weights * torch.nn.functional.huber_loss(q, target, reduction="none", delta=1.0)).mean() for q in q_taken]
         alpha_loss = -(log_alpha * (entropy.detach() + self.target_entropy[module_id])).mean()
         total = actor + alpha_loss + sum(critics)
+        wanted = TD_ERROR_KEY in row_values
+        td_error = self.td_error([q.detach() for q in q_taken], target) if metrics or wanted else None
+        rows = {TD_ERROR_KEY: td_error} if wanted else {}
         if not metrics:
-            return total, {}
+            return total, rows
         with torch.no_grad():
-            td_error = self.td_error(q_taken, target)
             logged = {
                 POLICY_LOSS_KEY: actor.detach(),
                 QF_LOSS_KEY: critics[0].detach(),
@@ -150,6 +153,7 @@ class DeviceSACTorchLearner(
                 QF_MAX_KEY: q_logged.max(),
                 QF_MIN_KEY: q_logged.min(),
                 TD_ERROR_MEAN_KEY: td_error.mean(),
+                **rows,
             }
             if len(critics) > 1:
                 logged[QF_TWIN_LOSS_KEY] = critics[1].detach()
@@ -181,9 +185,9 @@ class DeviceSACTorchLearner(
                     grad.div_(torch.distributed.get_world_size())
         super().apply_gradients(gradients_dict)
 
-    def update_on_draws(self, batch: dict[str, torch.Tensor], timesteps: dict) -> dict:
+    def update_on_draws(self, batch: dict[str, torch.Tensor], timesteps: dict, td_errors=None) -> dict:
         self._steps_since_target_update += len(batch[WEIGHTS]) // self.config.train_batch_size_per_learner
-        return super().update_on_draws(batch, timesteps)
+        return super().update_on_draws(batch, timesteps, td_errors)
 
     def after_gradient_based_update(self, *, timesteps: dict) -> None:
         """RLlib's DQN learner's target update (``DQNLearner.after_gradient_based_update``) with

@@ -7,7 +7,8 @@ LeanRL does this for CleanRL's PPO). What a graph needs, and how ``StepGraph`` p
 
 * **Fixed memory.** An update's columns are copied into static buffers once per update, each
   minibatch's row numbers into a static index buffer once per step; the step gathers its
-  minibatch inside the graph. Its loss and metrics land in tensors each replay overwrites.
+  minibatch inside the graph. Its loss and metrics land in tensors each replay overwrites; the
+  loss's per-row values (prioritized replay's TD errors) in static columns, at the step's rows.
 * **No host sync and no tensor made from a Python value inside the step.** What changes
   between updates (PPO's entropy and KL coefficients, the learning rate) lives in device
   tensors refreshed before each update. Clipping and RLlib's zeroing of NaN/inf gradients run
@@ -48,6 +49,7 @@ class StepBuffers:
     index: torch.Tensor  # this step's minibatch: row numbers into ``columns``
     coefficients: dict[str, torch.Tensor]  # scalars the loss reads, refreshed each update
     nonfinite: torch.Tensor  # set when a step's gradients held NaN/inf (zeroed, as RLlib does)
+    row_outputs: TensorColumns  # the loss's per-row values by name, a value per row of ``columns``
 
 
 def minibatch_rows(rows: int, size: int, num_epochs: int, shuffle: bool, device) -> torch.Tensor:
@@ -75,15 +77,18 @@ class StepGraph:
         coefficients: dict,
         optimizers: list[torch.optim.Optimizer],
         capture: bool,
+        row_values: tuple[str, ...],
     ):
         device = next(iter(columns.values())).device
         self.step, self.optimizers, self.capture = step, optimizers, capture
-        self.signature = signature(columns, size)
+        self.signature = signature(columns, size, row_values)
+        rows = len(next(iter(columns.values())))
         self.buffers = StepBuffers(
             columns={key: torch.empty_like(column) for key, column in columns.items()},
             index=torch.zeros(size, dtype=torch.int64, device=device),
             coefficients={key: torch.zeros((), device=device) for key in coefficients},
             nonfinite=torch.zeros((), dtype=torch.bool, device=device),
+            row_outputs={key: torch.zeros(rows, device=device) for key in row_values},
         )
         # The learning rate the captured optimizer step reads: the param groups' floats, copied in each update
         self.learning_rates = [torch.zeros((), device=device) for o in optimizers for _ in o.param_groups]
@@ -93,9 +98,12 @@ class StepGraph:
         self.steps_warm = 0
         self.side_stream = torch.cuda.Stream(device) if capture else None
 
-    def run(self, columns: TensorColumns, indices: torch.Tensor, coefficients: dict) -> tuple[Outputs, bool]:
+    def run(
+        self, columns: TensorColumns, indices: torch.Tensor, coefficients: dict, row_outputs: TensorColumns
+    ) -> tuple[Outputs, bool]:
         """One gradient step per row of ``indices`` (row numbers into ``columns``). Returns the
-        last step's loss and metrics (copies) and whether any step's gradients held NaN/inf."""
+        last step's loss and metrics (copies) and whether any step's gradients held NaN/inf;
+        copies the steps' per-row values into ``row_outputs``."""
         buffers = self.buffers
         for key, column in columns.items():
             buffers.columns[key].copy_(column)
@@ -116,6 +124,8 @@ class StepGraph:
                 self.graph.replay()
             else:
                 self._run_eagerly()
+        for key, output in row_outputs.items():
+            output.copy_(buffers.row_outputs[key])
         loss, metrics = self.outputs
         return (loss.clone(), {key: value.clone() for key, value in metrics.items()}), bool(buffers.nonfinite)
 
@@ -161,6 +171,7 @@ class StepGraph:
         logger.info("The update's gradient step is captured as a CUDA graph: every later minibatch replays it")
 
 
-def signature(columns: TensorColumns, size: int) -> tuple:
-    """What fixes a graph's memory: the minibatch size and every column's name, shape and dtype."""
-    return size, tuple((key, tuple(column.shape), column.dtype) for key, column in columns.items())
+def signature(columns: TensorColumns, size: int, row_values: tuple[str, ...]) -> tuple:
+    """What fixes a graph's memory: the minibatch size, every column's name, shape and dtype, and
+    the per-row values it writes."""
+    return size, tuple((key, tuple(column.shape), column.dtype) for key, column in columns.items()), row_values

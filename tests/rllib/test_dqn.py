@@ -3,6 +3,8 @@ its target network follows env steps as RLlib's does, it trains with a remote ru
 from checkpoints with or without its replay buffer. (Its experiment file's settings run under Tune
 in test_rllib_train.py: `rllib train --algo DeviceDQN` starts from them.)"""
 
+import copy
+
 import pytest
 import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
@@ -86,10 +88,15 @@ def test_the_target_network_follows_env_steps_sampled():
         algo.stop()
 
 
-def test_prioritized_replay_gives_the_drawn_transitions_their_td_errors_after_the_update():
-    """Each round's draws get, as priorities, their TD errors under the networks the round's
-    update left (the same draw made again from the priorities and generator state before it)."""
-    config = small_config(replay_buffer_config={**PRIORITIZED, "alpha": 0.5})
+@pytest.mark.parametrize("lean", [True, False])
+def test_prioritized_replay_gives_the_drawn_transitions_their_td_errors(lean):
+    """Each round's draws get their absolute TD errors as priorities. From the lean update, as in
+    RLlib's DQN: each minibatch's from its own gradient step's loss, under the networks that step
+    started from (checked by replaying the round a minibatch at a time, from the learner's state,
+    the priorities and the generator state before it). From RLlib's update (``lean_update:
+    false``): under the networks the update left."""
+    config = small_config(replay_buffer_config={**PRIORITIZED, "alpha": 0.5}, target_network_update_freq=10**9)
+    config.lean_update = lean
     algo = config.build_algo()
     try:
         for _ in range(3):
@@ -97,20 +104,36 @@ def test_prioritized_replay_gives_the_drawn_transitions_their_td_errors_after_th
         learner = algo.learner_group._learner
         buffer = learner._replay
         timesteps = {"num_env_steps_sampled_lifetime": 384}
-        before, generator = buffer.priorities.clone(), buffer._generator.get_state()
+        start, priorities, generator = (
+            copy.deepcopy(learner.get_state()),
+            buffer.priorities.clone(),
+            buffer._generator.get_state(),
+        )
         results = learner._update_from_replay(timesteps)
         assert results["default_policy"]["num_module_steps_trained"] == 8 * 128  # 128 x 8 env steps, in 8 minibatches
-        after = buffer.priorities.clone()
-        buffer.priorities.copy_(before)
+        after, trained = buffer.priorities.clone(), learner.module["default_policy"].state_dict()
+
+        learner.set_state({**start, "weights_seq_no": 0})  # 0: restore the weights (RLlib restores only newer ones)
+        buffer.priorities.copy_(priorities)
         buffer._generator.set_state(generator)
         batch = buffer.sample(8 * 128)
         assert 0 < batch[WEIGHTS].min() < batch[WEIGHTS].max() <= 1  # over the largest weight any held transition gets
-        expected = learner.replay_td_errors(batch).clamp_min(1e-12) ** 0.5
-        drawn = buffer._drawn
-        torch.testing.assert_close(after[drawn], expected)
-        untouched = torch.ones(buffer.size, dtype=torch.bool)
-        untouched[drawn] = False
-        assert untouched.any() and torch.equal(after[: buffer.size][untouched], before[: buffer.size][untouched])
+        if lean:
+            td_errors = []
+            for rows in torch.arange(8 * 128).split(128):
+                minibatch = {key: column[rows] for key, column in batch.items()}
+                td_errors.append(learner.replay_td_errors(minibatch))  # before the step
+                learner.update_on_draws(minibatch, timesteps)
+            td_errors = torch.cat(td_errors)
+            for name, weight in learner.module["default_policy"].state_dict().items():  # the round, replayed
+                torch.testing.assert_close(weight, trained[name], msg=name)
+            assert not torch.allclose(td_errors, learner.replay_td_errors(batch))  # not those after the round
+        else:
+            learner.update_on_draws(batch, timesteps)
+            td_errors = learner.replay_td_errors(batch)
+        expected = priorities.index_copy(0, buffer._drawn, td_errors.clamp_min(1e-12) ** 0.5)  # the last draw of a row wins
+        torch.testing.assert_close(after, expected)
+        assert not torch.equal(after, priorities)
     finally:
         algo.stop()
 

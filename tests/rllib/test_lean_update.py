@@ -17,6 +17,7 @@ from tests.update_paths import (
     RLLIB,
     STATIC,
     assert_same,
+    assert_same_td_errors,
     dqn_updates,
     noiseless_gaussians,
     ppo_runs,
@@ -92,6 +93,7 @@ def test_dqn_lean_update_equals_rllibs_update(double_q, loss, clip_by):
     assert "qf_loss" in runs[LEAN][1][0]
     assert ("gradients_default_optimizer_global_norm" in runs[STATIC][1][0]) == (clip_by == "global_norm")
     assert_same({path: run[:2] for path, run in runs.items()})
+    assert_same_td_errors(runs[LEAN][2], runs[STATIC][2])
 
 
 def test_dqn_runs_its_next_observations_without_gradients(monkeypatch):
@@ -219,6 +221,7 @@ def test_sac_lean_update_equals_rllibs_update(grad_clip, env):
     assert {"qf_loss", "qf_twin_loss", "policy_loss", "alpha_loss"} <= set(runs[LEAN][1][0])
     assert ("gradients_qf_global_norm" in runs[LEAN][1][0]) == (grad_clip is not None)
     assert_same({path: run[:2] for path, run in runs.items()})
+    assert_same_td_errors(runs[LEAN][2], runs[STATIC][2])
 
 
 @pytest.mark.parametrize("noiseless", [True, False])
