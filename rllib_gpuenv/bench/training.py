@@ -244,18 +244,18 @@ TASKS = {
             start_return=0.0,
             contenders={
                 "device": "ours: device path (DeviceDQN)",
-                "device-prioritized": "ours: DeviceDQN, prioritized replay",
+                "device-uniform": "ours: DeviceDQN, uniform replay",
                 "stock-rllib": "stock RLlib DQN on gymnasium CartPole",
                 "sb3": "Stable-Baselines3 DQN (RL-Zoo)",
                 "purejaxrl": "PureJaxRL DQN (JAX, gymnax)",
             },
             config_files={
                 "device": "gpu_cartpole_dqn.yaml",
-                "device-prioritized": "gpu_cartpole_dqn.yaml",
+                "device-uniform": "gpu_cartpole_dqn.yaml",
                 "stock-rllib": "cartpole_dqn_stock_rllib.yaml",
             },
-            # the device file's settings with RLlib's DQN default buffer: prioritized, alpha 0.6, beta 0.4
-            overrides={"device-prioritized": {"replay_buffer_config": PRIORITIZED_REPLAY | {"capacity": 10_000}}},
+            # the device file's settings with a uniform buffer, with which they were tuned (the file's is prioritized)
+            overrides={"device-uniform": {"replay_buffer_config": {"type": "EpisodeReplayBuffer", "capacity": 10_000}}},
             sb3=SB3Setup(
                 "DQN",
                 "CartPole-v1",

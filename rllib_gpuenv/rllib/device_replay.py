@@ -119,8 +119,9 @@ class DeviceReplayConfig:
     """Mixin for the config of an off-policy device algorithm (with ``DeviceRolloutsConfig``).
 
     ``replay_buffer_config["capacity"]`` sizes the buffer (transitions), its ``type`` says how it
-    draws: uniformly (``EpisodeReplayBuffer``, the default) or by priority
-    (``PrioritizedEpisodeReplayBuffer``, with RLlib's ``alpha`` and ``beta``); ``training_intensity``
+    draws: uniformly (``EpisodeReplayBuffer``, DeviceSAC's default) or by priority
+    (``PrioritizedEpisodeReplayBuffer``, with RLlib's ``alpha`` and ``beta``: DeviceDQN's default, as
+    RLlib's DQN has it); ``training_intensity``
     is, as in RLlib, the number of env steps trained per env step sampled (None: one
     minibatch of ``train_batch_size_per_learner`` per sampling round). ``checkpoint_replay_buffer``
     puts the buffer's transitions into checkpoints (default: only its counters, so a restored
@@ -130,7 +131,7 @@ class DeviceReplayConfig:
 
     def _init_device_replay(self) -> None:
         self.checkpoint_replay_buffer = False
-        self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 10_000}  # uniform (the files tuned with it)
+        self.replay_buffer_config = {"type": "EpisodeReplayBuffer", "capacity": 10_000}  # uniform; each algorithm sets its own
 
     def device_replay(self, *, checkpoint_replay_buffer=NotProvided):
         """Whether checkpoints hold the replay buffer's transitions."""
@@ -150,8 +151,8 @@ class DeviceReplayConfig:
         if type_name not in UNIFORM_BUFFER_TYPES + PRIORITIZED_BUFFER_TYPES:
             raise ValueError(
                 f"replay_buffer_config['type'] is {type_name}, but {name}'s buffer lives on the learner's device and "
-                f"draws uniformly or by priority: set it to 'EpisodeReplayBuffer' (uniform, the default) or "
-                f"'PrioritizedEpisodeReplayBuffer' (with 'alpha' and 'beta')"
+                f"draws uniformly or by priority: set it to 'EpisodeReplayBuffer' (uniform) or "
+                f"'PrioritizedEpisodeReplayBuffer' (by priority, with 'alpha' and 'beta')"
             )
         if type_name in PRIORITIZED_BUFFER_TYPES:
             for key in ("alpha", "beta"):

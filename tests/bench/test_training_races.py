@@ -289,8 +289,8 @@ def test_curves_of_runs_too_short_to_end_an_episode_still_plot(tmp_path):
 
 def test_every_contenders_settings_change_its_file_into_a_config_that_validates():
     """A contender that runs another's file with settings changed (``Task.overrides``): the settings
-    apply and validate, e.g. DeviceDQN's and DeviceSAC's prioritized replay with their shipped files'
-    other settings."""
+    apply and validate, e.g. DeviceDQN's uniform and DeviceSAC's prioritized replay with their shipped
+    files' other settings."""
     from rllib_gpuenv.bench.training import TASKS, _experiment_file
     from rllib_gpuenv.experiments import apply_config, load_experiments
 
@@ -301,13 +301,13 @@ def test_every_contenders_settings_change_its_file_into_a_config_that_validates(
             apply_config(experiment.config, overrides, "overrides")
             experiment.config.validate()
             checked.append((task.name, contender))
-    assert {("cartpole-dqn", "device-prioritized"), ("pendulum-sac", "device-prioritized")} <= set(checked)
-    dqn = TASKS["cartpole-dqn"]
-    (experiment,) = load_experiments(_experiment_file(dqn, "device-prioritized", None))
-    apply_config(experiment.config, dqn.overrides["device-prioritized"], "overrides")
+    assert {("cartpole-dqn", "device-uniform"), ("pendulum-sac", "device-prioritized")} <= set(checked)
+    sac = TASKS["pendulum-sac"]
+    (experiment,) = load_experiments(_experiment_file(sac, "device-prioritized", None))
+    apply_config(experiment.config, sac.overrides["device-prioritized"], "overrides")
     # --device-config replaces the device's file for the contenders that change its settings, not for the others
-    assert _experiment_file(dqn, "device-prioritized", __file__) == __file__
+    assert _experiment_file(sac, "device-prioritized", __file__) == __file__
     assert _experiment_file(TASKS["breakout-ppo"], "random", __file__) != __file__
     assert experiment.config.replay_buffer_config == {
-        "type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "capacity": 10_000
+        "type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "capacity": 100_000
     }  # fmt: skip

@@ -53,11 +53,12 @@ def test_the_shipped_file_holds_the_defaults():
 PRIORITIZED = {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 10_000, "alpha": 0.6, "beta": 0.4}
 
 
-@pytest.mark.parametrize("replay", ["uniform", "prioritized"])
+@pytest.mark.parametrize("replay", ["prioritized", "uniform"])
 def test_device_dqn_learns_cartpole_on_cpu(replay):
     config = load_config(DQN_FILE, device="cpu", seed=0).config
-    if replay == "prioritized":  # RLlib's DQN default, with its alpha and beta
-        config.training(replay_buffer_config=PRIORITIZED)
+    assert config.replay_buffer_config == PRIORITIZED  # the file's (and the defaults'): RLlib's DQN default
+    if replay == "uniform":
+        config.training(replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 10_000})
     algo = config.build_algo()
     try:
         for iteration in range(1, LEARNS_WITHIN_ITERATIONS + 1):  # noqa: B007 (read after the loop)
@@ -196,9 +197,9 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         ({"env": "GPUPendulum-v1"}, r"the env GPUPendulum-v1 has Box\(.*\) actions, but DeviceDQN needs Discrete ones"),
         ({"train_batch_size": 64}, r"train_batch_size=64 is RLlib's old total batch.*train_batch_size_per_learner; leave"),
         (
-            {"replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer"}},  # RLlib drops the rest of the dict
+            {"replay_buffer_config": {"type": "EpisodeReplayBuffer"}},  # a new type: RLlib drops the rest of the dict
             r"replay_buffer_config has no 'capacity' \(RLlib's .* replaces the whole dict when its 'type' changes\): give "
-            r"it, e.g. \{'type': 'PrioritizedEpisodeReplayBuffer', 'capacity': 10000\}",
+            r"it, e.g. \{'type': 'EpisodeReplayBuffer', 'capacity': 10000\}",
         ),
         (
             {"replay_buffer_config": {**PRIORITIZED, "beta": -1}},

@@ -143,7 +143,7 @@ def test_a_checkpoint_restores_with_its_replay_buffer(tmp_path):
         (
             {"replay_buffer_config": {"type": "ReservoirReplayBuffer", "capacity": 10}},
             r"replay_buffer_config\['type'\] is ReservoirReplayBuffer, but DeviceSAC's buffer .* draws uniformly or by "
-            r"priority: set it to 'EpisodeReplayBuffer' \(uniform, the default\) or 'PrioritizedEpisodeReplayBuffer'",
+            r"priority: set it to 'EpisodeReplayBuffer' \(uniform\) or 'PrioritizedEpisodeReplayBuffer' \(by priority",
         ),
         ({"lr": 0.001}, r"For SAC use the specific learning rate parameters"),  # RLlib's own check
     ],
