@@ -180,7 +180,8 @@ class DevicePPOTorchLearner(LocalLearnerDevice, ColocatedEnvs, LeanUpdate, Fused
     def lean_loss(self, module_id, config, batch, fwd_out, metrics, coefficients, row_values=()):
         """RLlib's PPO loss (``PPOTorchLearner.compute_loss_for_module``), term for term: the
         clipped surrogate, the squared value error clipped at ``vf_clip_param``, the entropy
-        bonus and, with ``use_kl_loss``, the adaptive KL term; means over the valid steps."""
+        bonus and, with ``use_kl_loss``, the adaptive KL term; means over the valid steps. It has
+        no per-row values (``row_values``: prioritized replay's, which PPO does not use)."""
         module = self.module[module_id].unwrapped()
         weights = batch[Columns.LOSS_MASK] / batch[Columns.LOSS_MASK].sum()  # a mean over the valid steps
 
