@@ -22,7 +22,7 @@
 #             step, PPO trained on the GPU and restored on a CPU, two env runners sharing the GPU,
 #             a colocated learner actor stepping its envs on the GPU, the PPO and DQN updates
 #             captured as CUDA graphs against the eager ones: the same weights (SAC's with its
-#             Gaussian noise fixed), host syncs per
+#             Gaussian noise fixed) and prioritized replay's TD errors, host syncs per
 #             update, not per step, a step that cannot be captured falling back, a learner with
 #             its own gradient postprocessing left uncaptured, numba-cuda's kernel compiled when
 #             the env is made (no step compiles again) and loaded from numba's disk cache by a later
