@@ -126,7 +126,8 @@ class LeanUpdate:
         module.train()  # what RLlib's ``forward_train`` does before every ``_forward_train``: once is enough
         coefficients = self.lean_coefficients(module_id)
         row_outputs = row_outputs or {}
-        graph = self._graph_for(columns, size, coefficients, tuple(row_outputs))
+        row_values = tuple(row_outputs)
+        graph = self._graph_for(columns, size, coefficients, row_values)
         if graph is not None:
             indices = minibatch_rows(rows, size, num_epochs, shuffle, self._device)
             (loss, loss_metrics), nonfinite = graph.run(columns, indices, coefficients, row_outputs)
@@ -141,9 +142,7 @@ class LeanUpdate:
                 minibatch = {key: column[index] for key, column in columns.items()}
                 fwd_out = module._forward_train(minibatch)  # under DDP (several learners) through DDP's forward
                 last = epoch == num_epochs - 1 and start == starts[-1]
-                loss, loss_metrics = self.lean_loss(
-                    module_id, config, minibatch, fwd_out, last, coefficients, tuple(row_outputs)
-                )
+                loss, loss_metrics = self.lean_loss(module_id, config, minibatch, fwd_out, last, coefficients, row_values)
                 for key, output in row_outputs.items():
                     output[index] = loss_metrics.pop(key)
                 norms = self.gradient_step(loss)
