@@ -118,7 +118,7 @@ def dqn_updates(
     """``replay_updates`` of a new DeviceDQN learner, its target network updated between them."""
     config = DeviceDQNConfig().environment("GPUCartPole-v1").devices(learner=device, env_runners=device).debugging(seed=0)
     clip = {"global_norm": 2.0, "norm": 1.0, "value": 0.05}[clip_by]  # each clips some steps' gradients
-    config.training(double_q=double_q, td_error_loss_fn=loss, target_network_update_freq=256)
+    config.training(double_q=double_q, td_error_loss_fn=loss, target_network_update_freq=256, train_batch_size_per_learner=128)
     config.training(grad_clip=clip, grad_clip_by=clip_by)
     return replay_updates(config, path)
 

@@ -245,6 +245,7 @@ TASKS = {
             contenders={
                 "device": "ours: device path (DeviceDQN)",
                 "device-uniform": "ours: DeviceDQN, uniform replay",
+                "device-minibatch-128": "ours: DeviceDQN, 16 minibatches of 128",
                 "stock-rllib": "stock RLlib DQN on gymnasium CartPole",
                 "sb3": "Stable-Baselines3 DQN (RL-Zoo)",
                 "purejaxrl": "PureJaxRL DQN (JAX, gymnax)",
@@ -252,10 +253,15 @@ TASKS = {
             config_files={
                 "device": "gpu_cartpole_dqn.yaml",
                 "device-uniform": "gpu_cartpole_dqn.yaml",
+                "device-minibatch-128": "gpu_cartpole_dqn.yaml",
                 "stock-rllib": "cartpole_dqn_stock_rllib.yaml",
             },
-            # the device file's settings with a uniform buffer, with which they were tuned (the file's is prioritized)
-            overrides={"device-uniform": {"replay_buffer_config": {"type": "EpisodeReplayBuffer", "capacity": 10_000}}},
+            overrides={
+                # the device file's settings with a uniform buffer, with which they were tuned (the file's is prioritized)
+                "device-uniform": {"replay_buffer_config": {"type": "EpisodeReplayBuffer", "capacity": 10_000}},
+                # the file's minibatches until 2026-11-28: twice as many gradient steps, of half the rows
+                "device-minibatch-128": {"train_batch_size_per_learner": 128},
+            },
             sb3=SB3Setup(
                 "DQN",
                 "CartPole-v1",

@@ -189,10 +189,10 @@ class DeviceDQNConfig(DeviceReplayConfig, DeviceRolloutsConfig, DQNConfig):
         self.rollout_length = 16  # 256 env steps per sampling round, 3 in 16 n-step windows cut short
         self.lr = 1e-3
         self.n_step = 3
-        self.train_batch_size_per_learner = 128
-        self.training_intensity = 8  # 16 minibatches of 128 per round of 256 env steps
+        self.train_batch_size_per_learner = 256  # as fast a gradient step on a CPU as 128 rows (the file's comment)
+        self.training_intensity = 8  # 8 minibatches of 256 per round of 256 env steps
         self.gamma = 0.98  # with 0.99 Q diverged on most seeds (the file's comment)
-        self.target_network_update_freq = 750  # env steps: every third round, every 48 minibatches
+        self.target_network_update_freq = 750  # env steps: every third round, every 24 minibatches
         self.num_steps_sampled_before_learning_starts = 1000
         self.epsilon = [[0, 1.0], [5_000, 0.01]]
         # RLlib's DQN default, prioritized replay with its alpha and beta: on seeds 0-31 it reached 475

@@ -111,7 +111,7 @@ def test_prioritized_replay_gives_the_drawn_transitions_their_td_errors(lean):
             buffer._generator.get_state(),
         )
         results = learner._update_from_replay(timesteps)
-        assert results["default_policy"]["num_module_steps_trained"] == 8 * 128  # 128 x 8 env steps, in 8 minibatches
+        assert results["default_policy"]["num_module_steps_trained"] == 8 * 128  # 128 env steps x 8, in 4 minibatches of 256
         after, trained = buffer.priorities.clone(), learner.module["default_policy"].state_dict()
 
         learner.set_state({**start, "weights_seq_no": 0})  # 0: restore the weights (RLlib restores only newer ones)
@@ -121,7 +121,7 @@ def test_prioritized_replay_gives_the_drawn_transitions_their_td_errors(lean):
         assert 0 < batch[WEIGHTS].min() < batch[WEIGHTS].max() <= 1  # over the largest weight any held transition gets
         if lean:
             td_errors = []
-            for rows in torch.arange(8 * 128).split(128):
+            for rows in torch.arange(8 * 128).split(config.train_batch_size_per_learner):
                 minibatch = {key: column[rows] for key, column in batch.items()}
                 td_errors.append(learner.replay_td_errors(minibatch))  # before the step
                 learner.update_on_draws(minibatch, timesteps)
