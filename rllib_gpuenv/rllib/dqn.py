@@ -189,7 +189,7 @@ class DeviceDQNConfig(DeviceReplayConfig, DeviceRolloutsConfig, DQNConfig):
         self.rollout_length = 16  # 256 env steps per sampling round, 3 in 16 n-step windows cut short
         self.lr = 1e-3
         self.n_step = 3
-        self.train_batch_size_per_learner = 256  # as fast a gradient step on a CPU as 128 rows (the file's comment)
+        self.train_batch_size_per_learner = 256  # on a CPU a step costs little more than one of 128 rows (the file's comment)
         self.training_intensity = 8  # 8 minibatches of 256 per round of 256 env steps
         self.gamma = 0.98  # with 0.99 Q diverged on most seeds (the file's comment)
         self.target_network_update_freq = 750  # env steps: every third round, every 24 minibatches
