@@ -288,14 +288,21 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     # A local runner beside remote ones never makes its env (RLlib's default): it has no obs.
     _obs: torch.Tensor | None = None
 
-    def make_env(self) -> None:
-        config = self.config
-        if not hasattr(config, "rollout_length"):  # not a DeviceRolloutsConfig: an algorithm that wants episodes
+    def __init__(self, *, config, **kwargs):
+        # Only the driver's own runner (index 0, which RLlib builds beside remote ones too) refuses an
+        # algorithm that wants episodes. A remote runner's error would not reach the user: RLlib's
+        # fault tolerance (restart_failed_env_runners, on by default) logs it, takes the runner out,
+        # and fails later on an IndexError, asking the missing runner for the spaces.
+        if not kwargs.get("worker_index") and not hasattr(config, "rollout_length"):  # not a DeviceRolloutsConfig
             raise ValueError(
                 f"DeviceEnvRunner returns rollouts, which only the device algorithms train on, not RLlib's "
                 f"{config.algo_class.__name__}: use DevicePPOConfig, DeviceDQNConfig or DeviceSACConfig (they plug this "
                 f"runner in) instead of {type(config).__name__} with env_runner_cls=DeviceEnvRunner"
             )
+        super().__init__(config=config, **kwargs)
+
+    def make_env(self) -> None:
+        config = self.config
         worker = self.worker_index or 0
         self._device = self._choose_device()
         # With colocated learners the driver's runner samples nothing: one env gives the spaces.

@@ -372,11 +372,23 @@ def test_bad_configs_fail_clearly(change, message):
         change(config).validate()
 
 
-def test_rllibs_own_algorithms_refuse_the_device_runner():
-    """RLlib's PPO would hand the runner's rollout to its episode-based learner connector."""
+@pytest.mark.parametrize("num_env_runners", [0, 1])
+def test_rllibs_own_algorithms_refuse_the_device_runner(num_env_runners):
+    """RLlib's PPO would hand the runner's rollout to its episode-based learner connector. With a
+    remote runner too the driver's runner names it: the remote one's error was logged and dropped by
+    RLlib's fault tolerance, and the build failed on an IndexError. No runner is left behind."""
+    import gc
+
     config = PPOConfig().environment("GPUCartPole-v1").env_runners(env_runner_cls=DeviceEnvRunner, num_env_runners=0)
+    config.env_runners(num_env_runners=num_env_runners, num_cpus_per_env_runner=0.5)
+    cpus = ray.available_resources().get("CPU")
     with pytest.raises(ValueError, match=r"not RLlib's PPO: use DevicePPOConfig.*instead of PPOConfig"):
         config.build_algo()
+    gc.collect()  # the failed build's runner group: its actors end with their last handle
+    deadline = time.monotonic() + 120  # a hang guard: the wait is for the runner's CPU to come back
+    while ray.available_resources().get("CPU") != cpus:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)
 
 
 class RolloutRewards(RLlibCallback):
