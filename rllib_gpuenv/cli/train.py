@@ -17,14 +17,13 @@ import datetime
 import json
 import logging
 import os
-import queue
-import threading
 import time
 from pathlib import Path
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
+from rllib_gpuenv.cli.result_files import ResultLoggers
 from rllib_gpuenv.experiments.progress import (
     ENV_STEPS_METRIC,
     EPISODES_METRIC,
@@ -61,69 +60,6 @@ class TrainingRun:
     directory: str  # progress.csv, result.json, params.json, TensorBoard events
     checkpoint: str
     reached_target: bool
-
-
-class _RunDirectory:
-    """The run as Tune's logger callbacks see a trial: a folder, a config, no checkpoint to resume.
-
-    Those callbacks (``CSVLoggerCallback``, ``JsonLoggerCallback``, ``TBXLoggerCallback``) write
-    what every Tune run writes; this lets them log a run that trains in this process.
-    """
-
-    def __init__(self, path: str, config: dict):
-        self.local_path = path
-        self.config = config
-        self.evaluated_params: dict = {}
-        self.checkpoint = None
-
-    def init_local_path(self) -> None:
-        os.makedirs(self.local_path, exist_ok=True)
-
-
-class ResultLoggers:
-    """Tune's CSV, JSON and TensorBoard logger callbacks, fed one result per iteration, in a
-    thread of their own: TensorBoard's callback alone takes ~5 ms an iteration (a summary per
-    scalar), which the training loop need not wait for.
-
-    The CSV's columns are the first result's keys (as in any Tune run), so the episode metrics,
-    missing from an iteration in which no episode ended, are logged as NaN there (TensorBoard
-    skips NaN). ``close`` waits until every result is written, and raises what a callback raised.
-    """
-
-    def __init__(self, directory: str, config: dict):
-        from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
-
-        self.run = _RunDirectory(directory, config)
-        self.run.init_local_path()  # as Tune does before the callbacks see a trial
-        self.callbacks = [CSVLoggerCallback(), JsonLoggerCallback(), TBXLoggerCallback()]
-        for callback in self.callbacks:
-            callback.log_trial_start(self.run)
-        self._results: queue.Queue = queue.Queue()
-        self._error: BaseException | None = None
-        self._writer = threading.Thread(target=self._write, name="result-loggers", daemon=True)
-        self._writer.start()
-
-    def log(self, iteration: int, result: dict) -> None:
-        runners = {**{key: float("nan") for key in EPISODE_KEYS}, **result.get("env_runners", {})}
-        self._results.put((iteration, {**result, "env_runners": runners}))
-
-    def _write(self) -> None:
-        while (item := self._results.get()) is not None:
-            iteration, result = item
-            try:
-                if self._error is None:
-                    for callback in self.callbacks:
-                        callback.log_trial_result(iteration, self.run, result)
-            except Exception as err:  # noqa: BLE001 (close raises it again, in the caller's thread)
-                self._error = err
-
-    def close(self, failed: bool = False) -> None:
-        self._results.put(None)
-        self._writer.join()
-        for callback in self.callbacks:
-            callback.log_trial_end(self.run, failed=failed)
-        if self._error is not None:
-            raise self._error
 
 
 SETUP_SECONDS = "RLLIB_GPUENV_SETUP_S"  # set by ./run.sh when it installed before running the command (run.sh)
@@ -361,7 +297,7 @@ def train(
     compile_s = getattr(getattr(runner_env, "unwrapped", None), "compile_s", None)  # a JAX env's, made in the build
     startup.done("building the algorithm", f"of which compiling the JAX env {compile_s:.1f} s" if compile_s else "")
     collector.resume()  # the command paused it for the start-up (``collector.py``)
-    loggers = ResultLoggers(directory, config.to_dict())
+    loggers = ResultLoggers(directory, config.to_dict(), EPISODE_KEYS)
     criteria = " or ".join(f"{key} >= {value:g}" for key, value in stop.items())
     print(
         f"{name} ({config_file}): {type(algo).__name__} on {str(config.env).split(':')[-1]}, {_devices(algo)}; stops at "

@@ -96,6 +96,7 @@ def run_experiment(
 
     from rllib_gpuenv.experiments.progress import ResultRows
     from rllib_gpuenv.experiments.restore import experiment_folder, restoring
+    from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
     from rllib_gpuenv.rllib.reset_in_place import resets_in_place
 
     check_fits_cluster(experiment)
@@ -117,6 +118,7 @@ def run_experiment(
             checkpoint_config=tune.CheckpointConfig(**experiment.checkpoint_config),
             progress_reporter=ResultRows(show_config=verbose >= 2),
             verbose=min(max(verbose - 1, 1), 3) if verbose > 0 else 0,
+            callbacks=[TensorBoardCallback()],  # in place of Tune's: a result's scalars as one event
         )
         tuner = tune.Tuner(
             experiment.algo_class,

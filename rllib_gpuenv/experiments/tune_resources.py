@@ -41,6 +41,7 @@ from rllib_gpuenv.experiments.errors import ExperimentError
 from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, RETURN_METRIC, format_table, lookup
 from rllib_gpuenv.experiments.running import check_fits_cluster
 from rllib_gpuenv.experiments.spec import Experiment
+from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +194,7 @@ def search_resources(
             stop=stop,
             storage_path=storage_path or experiment.storage_path,
             verbose=verbose,
-            callbacks=[starts],
+            callbacks=[starts, TensorBoardCallback()],  # in place of Tune's (experiments/tensorboard.py)
         ),
     )
     results = tuner.fit()

@@ -18,7 +18,8 @@ import sys
 import pytest
 
 from rllib_gpuenv.cli import collector
-from rllib_gpuenv.cli.train import SETUP_SECONDS, ResultLoggers, StartupTimes, _seconds_since_process_start, train
+from rllib_gpuenv.cli.result_files import ResultLoggers
+from rllib_gpuenv.cli.train import SETUP_SECONDS, StartupTimes, _seconds_since_process_start, train
 from rllib_gpuenv.experiments.shipped import config_file
 from tests.helpers import ROOT, tiny_main_job_file
 
@@ -91,11 +92,14 @@ def _result(iteration: int) -> dict:
     return {"training_iteration": iteration, "env_runners": {"episode_return_mean": 10.0 * iteration}}
 
 
-def test_result_loggers_write_every_result_before_close_returns(tmp_path):
-    """The loggers write in a thread of their own; close() returns once all is written."""
+def test_result_loggers_write_each_result_as_it_comes(tmp_path):
+    """Between the iterations, not in a thread: progress.csv holds every result logged so far."""
     loggers = ResultLoggers(str(tmp_path / "run"), {"lr": 0.1})
     for iteration in range(1, 51):
         loggers.log(iteration, _result(iteration))
+        if iteration in (1, 25):
+            with open(tmp_path / "run" / "progress.csv") as f:
+                assert len(list(csv.DictReader(f))) == iteration
     loggers.close()
     with open(tmp_path / "run" / "progress.csv") as f:
         rows = list(csv.DictReader(f))
@@ -111,6 +115,8 @@ def test_result_loggers_raise_what_a_callback_raised_at_close(tmp_path):
     with pytest.raises(ValueError, match="disk full"):
         loggers.close()
     assert failing.seen == [1, 2]  # nothing more is written after the error
+    with open(tmp_path / "run" / "progress.csv") as f:
+        assert [int(r["training_iteration"]) for r in csv.DictReader(f)] == [1, 2]
 
 
 def test_the_start_up_line_names_run_sh_s_setup_apart_from_the_imports(monkeypatch):

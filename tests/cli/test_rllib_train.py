@@ -125,6 +125,12 @@ def test_device_dqn_trains_from_the_command_line_with_its_tuned_defaults(tmp_pat
     assert float(progress[-1]["env_runners/episode_return_mean"]) > 0
     assert (config["n_step"], config["training_intensity"], config["target_network_update_freq"]) == (3, 8, 750)
     assert config["gamma"] == 0.98
+    # Tune's runs write TensorBoard events through the package's callback: a result's scalars in one event
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    (events,) = glob.glob(str(tmp_path / "DeviceDQN_GPUCartPole-v1" / "*" / "events.out.tfevents.*"))
+    scalars_per_event = [len(e.summary.value) for e in EventFileLoader(events).Load() if e.HasField("summary")]
+    assert len(scalars_per_event) == 2 and min(scalars_per_event) > 20, scalars_per_event
 
 
 LEGACY_NAMES = """
