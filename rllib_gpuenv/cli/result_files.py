@@ -4,7 +4,7 @@ iteration, written between the iterations.
 
 Between, not in a thread beside them: a thread of Python work costs the training loop more than
 its own CPU time, since it may keep the GIL for up to 5 ms (the interpreter's switch interval)
-each time the loop gives it up, in every torch op. With Tune's TensorBoard callback (~11 ms of
+each time the loop gives it up, in every torch op. With Tune's TensorBoard callback (9–15 ms of
 CPU a result) in such a thread, the main job's 49 iterations to 475 took ~0.9 s longer on a 2-core
 CPU than with no files (4.9 s against 4.0 s); with ours (``TensorBoardCallback``, ~2 ms) the three
 callbacks take ~3 ms between two iterations (benchmarks/RESULTS.md, "The main job's result files").

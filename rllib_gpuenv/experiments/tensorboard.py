@@ -3,7 +3,7 @@ scalars written as one event.
 
 Tune's ``TBXLoggerCallback`` writes an event per scalar, and tensorboardX hands each event to its
 writer thread through a ``multiprocessing.Queue`` (pickled, down a pipe, read back in the same
-process): ~11 ms of CPU for an RLlib result's ~67 scalars on a 2-core CPU, about a sixth of a
+process): 9–15 ms of CPU for an RLlib result's ~67 scalars on a 2-core CPU, a sixth of a
 CartPole PPO iteration there, and taken from the trials' CPU in a Tune run's driver. One event
 holding them all took ~2 ms (benchmarks/RESULTS.md, "The main job's result files").
 """
