@@ -120,7 +120,7 @@ class IterationLines:
         self.steps, self.episodes = steps, episodes
         rate = new_steps / iteration_s if iteration_s > 0 else math.nan
         if new_episodes:
-            ended = f"{new_episodes:4d} episodes"
+            ended = f"{new_episodes:4d} episode" + ("s" if new_episodes != 1 else " ")  # the columns stay in line
         else:  # the return shown is the last one measured, if any was
             ended = "no episode ended (return as before)" if ret == ret else "no episode ended yet"
         iteration = result[TRAINING_ITERATION]

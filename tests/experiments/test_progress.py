@@ -62,3 +62,14 @@ def test_a_resumed_main_job_s_first_line_counts_its_own_iteration(capsys):
     lines.update(update, iteration_s=0.5)
     line = capsys.readouterr().out
     assert "   4 episodes" in line and "4,096 env-steps/s" in line and "16,384" in line, line
+
+
+def test_one_episode_is_said_in_the_singular_and_the_columns_stay_in_line(capsys):
+    lines = IterationLines(100, 475.0, bar=False)
+    for iteration, episodes in ((1, 1), (2, 3)):
+        update = result(iteration, 30.0, None)
+        update["env_runners"]["num_episodes_lifetime"] = episodes
+        lines.update(update, iteration_s=0.5)
+    one, two = capsys.readouterr().out.splitlines()
+    assert "   1 episode   env steps" in one and "   2 episodes  env steps" in two
+    assert one.index("env steps") == two.index("env steps")
