@@ -402,6 +402,7 @@ def _rllib_curve(
     config = experiment.config.debugging(seed=seed)
     apply_config(config, {**task.overrides.get(contender, {}), **overrides}, "overrides")
     from rllib_gpuenv.rllib.in_process import InProcess, builds_without_ray
+    from rllib_gpuenv.rllib.logdir import remove_empty_logdir
 
     # Its own Ray, unless (as in the main job) the algorithm needs none: a device algorithm
     # whose runner and learner are both in this process.
@@ -436,6 +437,7 @@ def _rllib_curve(
         sampling = _rllib_sampling_rate(algo)
     finally:
         algo.stop()
+        remove_empty_logdir(algo)  # a stock RLlib algorithm's too (the device ones do it in stop())
         ray.shutdown()
     return {
         "curve": curve,

@@ -43,6 +43,7 @@ from rllib_gpuenv.rllib.checkpointing import (
     use_code_folders,
 )
 from rllib_gpuenv.rllib.in_process import builds_without_ray
+from rllib_gpuenv.rllib.logdir import remove_empty_logdir
 
 logger = logging.getLogger(__name__)
 
@@ -351,6 +352,7 @@ def train(
         progress.close()
         loggers.close(failed=failed)
         algo.stop()
+        remove_empty_logdir(algo)  # a stock RLlib algorithm's too (the device ones do it in stop())
     if not ray_was_running:
         ray.shutdown()  # now, so that the summary is the last thing the user waits for
     print(f"checkpoint saved to {checkpoint}")

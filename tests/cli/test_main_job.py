@@ -325,11 +325,19 @@ def test_resume_goes_on_with_the_experiment_the_checkpoint_ran(tmp_path):
         train(resume=first.checkpoint)
 
 
-def test_a_stock_rllib_file_takes_device_and_resumes_with_its_clocks(tmp_path):
+def test_a_stock_rllib_file_takes_device_and_resumes_with_its_clocks(tmp_path, monkeypatch):
     """RLlib's own PPO (the stock-runner file): `--device cpu` puts its learner on the CPU
     (RLlib's `num_gpus_per_learner`; it was an AttributeError), and `--resume` goes on counting
     the seconds of the run it resumes (RLlib's `from_checkpoint` starts them at 0; the job keeps
-    them in its checkpoint), where a device algorithm's checkpoint keeps its own."""
+    them in its checkpoint), where a device algorithm's checkpoint keeps its own. Neither run
+    leaves the empty log folder that Tune makes for an algorithm built outside a Tune run (Tune's
+    results folder, ~/ray_results, here a temporary one)."""
+    import ray.train.constants
+    import ray.tune.trainable.trainable
+
+    home_results = tmp_path / "ray_results"
+    for module in (ray.train.constants, ray.tune.trainable.trainable):
+        monkeypatch.setattr(module, "DEFAULT_STORAGE_PATH", str(home_results))
     stock = config_file("gpu_cartpole_stock_runner.yaml")
     with contextlib.redirect_stdout(io.StringIO()):
         first = train(stock, device="cpu", seed=0, max_iterations=2, storage_path=str(tmp_path / "a"), progress_bar=False)
@@ -342,6 +350,7 @@ def test_a_stock_rllib_file_takes_device_and_resumes_with_its_clocks(tmp_path):
     before, after = seconds(first), seconds(second)
     assert len(before) == 2 and len(after) == 1
     assert after[0] > before[-1] > 0, (before, after)
+    assert home_results.is_dir() and not list(home_results.iterdir())  # Tune made the folders; the job took them away
     import torch
 
     if not torch.cuda.is_available():  # a GPU the machine lacks: the device path's one line, before anything starts

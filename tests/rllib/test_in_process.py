@@ -7,7 +7,7 @@ import json
 from tests.helpers import run_code
 
 TRAIN_WITHOUT_RAY = """
-import json, ray, torch
+import json, os, ray, torch
 from ray.rllib.env import env_runner_group
 import rllib_gpuenv
 from rllib_gpuenv.experiments import cartpole_config
@@ -40,7 +40,9 @@ for name, config in (("ppo", ppo), ("dqn", dqn)):
     out[name + "_steps"] = result["env_runners"]["num_env_steps_sampled_lifetime"]
     out[name + "_synced"] = actor_weights_match(algo)
     algo.save("{folder}/" + name)
+    out[name + "_logdir_made"] = os.path.isdir(algo.logdir)  # Tune's, in ~/ray_results: nothing of RLlib's goes there
     algo.stop()
+    out[name + "_logdir_left"] = os.path.exists(algo.logdir)
     out[name + "_ray_after"] = ray.is_initialized()
 print("RESULT " + json.dumps(out))
 """
@@ -58,5 +60,6 @@ def test_local_algorithms_train_save_and_stop_without_starting_ray(tmp_path):
         assert out[f"{name}_built_ray"] is False and out[f"{name}_ray_after"] is False, out
         assert out[f"{name}_module_ray_restored"] is True, out  # RLlib's module has Ray back after the build
         assert out[f"{name}_synced"] is True, out  # the runner acts with the learner's latest weights
+        assert out[f"{name}_logdir_made"] is True and out[f"{name}_logdir_left"] is False, out  # no empty folder left
     assert out["ppo_evaluated_episodes"] >= 4  # evaluated at iteration 2, its weights synced without Ray
     assert out["ppo_steps"] == 3 * 16 * 8 and out["dqn_steps"] >= 3 * 8 * 4  # DQN: rounds until its per-iteration minimum
