@@ -30,6 +30,7 @@ from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import TuneInterrupted, run_command
 from rllib_gpuenv.cli.quiet import SETUP_HOOK, quiet_start
 from rllib_gpuenv.experiments.errors import ExperimentError
+from rllib_gpuenv.experiments.legacy import DROPPED, REPLACED
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +40,12 @@ Run experiments with Ray Tune, from files or from --algo/--env.
   rllib train file EXPERIMENTS.yaml|.py [MORE FILES] [options]     (or: rllib train -f FILE)
   rllib train --algo PPO --env GPUCartPole-v1 [--config JSON] [--stop JSON] [options]
 
-A YAML file holds {name: {run, env, stop, config, num_samples, checkpoint_config, storage_path,
-restore, resource_search}}; `config` holds AlgorithmConfig settings (DevicePPO adds `devices` and
+A YAML file holds {name: {run, env, stop, config, num_samples, checkpoint_config, failure_config,
+storage_path, restore, resource_search}}; `config` holds AlgorithmConfig settings (DevicePPO adds `devices` and
 `device_rollouts`). A Python file defines `config` (an AlgorithmConfig) and `stop`.
 
 Old files run: renamed keys (num_workers, num_envs_per_worker, sgd_minibatch_size, num_sgd_iter,
-model, lr_schedule, episode_reward_mean, timesteps_total, local_dir, checkpoint_freq, ...) are
+model, lr_schedule, episode_reward_mean, timesteps_total, local_dir, checkpoint_freq, max_failures, ...) are
 translated; RLlib's transition flags (_enable_learner_api, enable_connectors, use_pytorch, ...)
 and settings only the old API stack read are dropped, each with a warning that names the
 replacement; observation_filter: MeanStdFilter becomes RLlib's MeanStdFilter connector.
@@ -58,6 +59,21 @@ command with --resume goes on with the interrupted experiment."""
 
 
 MAX_CHECKPOINT_LINES = 4  # more trials: one line for them all
+
+# Options of the old `rllib train` whose work is done otherwise today: each is parsed, so that the
+# command says what replaced it (an error: the run would not be the one asked for), where argparse
+# would only say "unrecognized arguments". Flag: (whether it takes a value, what to do instead).
+OLD_OPTIONS = {
+    "--resources-per-trial": (True, REPLACED["resources_per_trial"] + " (--config)"),
+    "--export-formats": (True, REPLACED["export_formats"] + " (--checkpoint-at-end keeps one)"),
+    "--ray-num-nodes": (
+        True,
+        "Ray dropped the emulated multi-node cluster: start nodes with `ray start` and join them with --ray-address "
+        "(README: On a cluster)",
+    ),
+    "--eager": (False, "TensorFlow's eager mode: RLlib's new API stack runs torch only: drop --eager"),
+    "--trace": (False, "TensorFlow's eager tracing: RLlib's new API stack runs torch only: drop --trace"),
+}
 
 
 def checkpoint_lines(results) -> list[str]:
@@ -117,18 +133,27 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument(
         "--algo",
         "--run",
+        "-a",
+        "-r",
         dest="algo",
         help="algorithm: DevicePPO, DeviceDQN, DeviceSAC, or RLlib's (PPO, APPO, DQN, SAC, ...) (without a file)",
     )
-    train.add_argument("--env", help="env id (without a file), e.g. GPUCartPole-v1 or CartPole-v1")
+    train.add_argument("--env", "-e", help="env id (without a file), e.g. GPUCartPole-v1 or CartPole-v1")
+    train.add_argument(
+        "--experiment-name",
+        "-n",
+        help="the experiment's name with --algo/--env (default ALGO_ENV): its folder in the storage path",
+    )
     train.add_argument(
         "--config",
+        "-c",
         type=_mapping,
         default={},
         help="JSON mapping of AlgorithmConfig settings; with a file, overrides its config",
     )
     train.add_argument(
         "--stop",
+        "-s",
         type=_mapping,
         default={},
         help="JSON mapping of stop criteria, e.g. '{\"training_iteration\": 10}'; with a file, added to its stop",
@@ -137,12 +162,27 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
         "--no-stop", action="store_true", help="allow experiments without stop criteria (they run until interrupted)"
     )
     train.add_argument("--framework", help="accepted for old command lines: torch is the only framework")
+    train.add_argument("--torch", action="store_true", help="accepted for old command lines: torch is the only framework")
     train.add_argument("--num-samples", type=options.count(1), help="trials per experiment")
     train.add_argument(
-        "--storage-path", "--local-dir", dest="storage_path", help="where Tune writes results (default ~/ray_results)"
+        "--storage-path",
+        "--local-dir",
+        dest="storage_path",
+        help="where Tune writes results: a folder (default ~/ray_results) or a URI (s3://..., gs://...)",
+    )
+    train.add_argument(
+        "--upload-dir",
+        metavar="URI",
+        help="old spelling of --storage-path URI: Tune writes the results there (old Tune copied them there)",
     )
     train.add_argument("--checkpoint-freq", type=options.count(0), help="checkpoint every N iterations")
     train.add_argument("--checkpoint-at-end", action="store_true", help="checkpoint when a trial ends")
+    train.add_argument(
+        "--max-failures",
+        type=options.count(-1),
+        help="start a trial that failed again, at most N times, from its latest checkpoint (-1: always; "
+        "default 0); as failure_config: {max_failures: N} in a file",
+    )
     train.add_argument(
         "--keep-checkpoints-num", type=options.count(1), help="keep each trial's N best checkpoints (default: all)"
     )
@@ -196,6 +236,12 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument(
         "-v", "--verbose", action="count", default=1, help="-v: also each trial's config; -vv: also Tune's trial messages"
     )
+    old = train.add_argument_group("options of the old `rllib train` whose work is done otherwise today")
+    for flag, (takes_value, replacement) in OLD_OPTIONS.items():
+        old.add_argument(flag, **({"metavar": "VALUE"} if takes_value else {"action": "store_true"}), help=replacement)
+    old.add_argument(
+        "--sync-on-checkpoint", action="store_true", help=f"dropped with a warning: {DROPPED['sync_on_checkpoint']}"
+    )
     train.set_defaults(func=train_command)
     return train
 
@@ -228,6 +274,11 @@ def experiments_from_args(args) -> list:
     from rllib_gpuenv.experiments.running import make_scheduler
 
     _check_framework(args.framework)
+    for flag in OLD_OPTIONS:
+        if getattr(args, flag[2:].replace("-", "_")) not in (None, False):
+            raise ExperimentError(f"{flag}: {OLD_OPTIONS[flag][1]}")
+    if args.sync_on_checkpoint:
+        logger.warning("--sync-on-checkpoint: dropped: %s", DROPPED["sync_on_checkpoint"])
     if args.num_samples is not None and args.num_samples < 1:
         raise ExperimentError(f"--num-samples {args.num_samples}: must be a positive integer")
     if args.checkpoint_freq is not None and args.checkpoint_freq < 0:
@@ -238,9 +289,13 @@ def experiments_from_args(args) -> list:
         raise ExperimentError("give either experiment files or --algo/--env, not both")
     if not files and not (args.algo and args.env):
         raise ExperimentError("give an experiment file (`rllib train file PATH`) or both --algo and --env")
+    if files and args.experiment_name:
+        raise ExperimentError("--experiment-name names the experiment of --algo/--env; a file names its experiments")
     overrides = dict(stop_overrides=args.stop, allow_no_stop=args.no_stop)
     if not files:
-        experiments = [inline_experiment(args.algo, args.env, args.config, args.stop, allow_no_stop=args.no_stop)]
+        experiments = [
+            inline_experiment(args.algo, args.env, args.config, args.stop, args.experiment_name, allow_no_stop=args.no_stop)
+        ]
         return _restoring_from(args.restore, experiments, "<command line>")
     experiments, errors = [], []
     for path in files:
@@ -283,13 +338,11 @@ def cluster_runtime_env(experiments) -> dict | None:
     return importable_folders_env(e.code_folder for e in experiments) or None
 
 
-def train_command(args) -> int:
-    import ray
-
-    from rllib_gpuenv.experiments import check_fits_cluster, run_experiment
+def apply_run_options(experiments: list, args) -> str | None:
+    """The command line's Tune run options (trials, checkpoints, retries) on every experiment;
+    returns the storage path it asks for (``--upload-dir`` or ``--storage-path``), if any."""
     from rllib_gpuenv.experiments.legacy import checkpoint_score
 
-    experiments = experiments_from_args(args)  # every check before Ray starts
     for experiment in experiments:
         if args.num_samples is not None:
             experiment.num_samples = args.num_samples
@@ -301,6 +354,20 @@ def train_command(args) -> int:
             experiment.checkpoint_config["num_to_keep"] = args.keep_checkpoints_num
         if args.checkpoint_score_attr is not None:
             experiment.checkpoint_config.update(checkpoint_score(args.checkpoint_score_attr))
+        if args.max_failures is not None:
+            experiment.failure_config["max_failures"] = args.max_failures
+    if args.upload_dir and args.storage_path:
+        logger.warning("--storage-path: not used: Tune writes the results to --upload-dir %s", args.upload_dir)
+    return args.upload_dir or args.storage_path
+
+
+def train_command(args) -> int:
+    import ray
+
+    from rllib_gpuenv.experiments import check_fits_cluster, run_experiment
+
+    experiments = experiments_from_args(args)  # every check before Ray starts
+    storage_path = apply_run_options(experiments, args)
     # A job's driver joins its cluster (Ray sets RAY_ADDRESS); otherwise a local instance of our
     # own, never some other `ray start` cluster that happens to run on this machine.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
@@ -324,12 +391,12 @@ def train_command(args) -> int:
         if experiment.resource_search is not None:
             from rllib_gpuenv.experiments.tune_resources import search_resources
 
-            search_resources(experiment, storage_path=args.storage_path, verbose=args.verbose)
+            search_resources(experiment, storage_path=storage_path, verbose=args.verbose)
             continue
         with TuneInterrupted() as interrupted:
             results = run_experiment(
                 experiment,
-                storage_path=args.storage_path,
+                storage_path=storage_path,
                 verbose=args.verbose,
                 resume=args.resume,
                 scheduler=(args.scheduler, args.scheduler_config),

@@ -235,13 +235,29 @@ METRIC_RENAMES = {
     "episodes_total": EPISODES_METRIC,
 }
 
-# Old top-level experiment keys -> where they go today.
+# Old top-level experiment keys (Tune's old ``Experiment``) -> where they go today.
 EXPERIMENT_RENAMES = {
     "local_dir": "storage_path",
+    "upload_dir": "storage_path",  # old Tune copied the results there; today's writes them there
     "checkpoint_freq": "checkpoint_config.checkpoint_frequency",
     "checkpoint_at_end": "checkpoint_config.checkpoint_at_end",
     "keep_checkpoints_num": "checkpoint_config.num_to_keep",
     "checkpoint_score_attr": "checkpoint_config.checkpoint_score_attribute",
+    "max_failures": "failure_config.max_failures",
+}
+
+# Old top-level experiment keys and ``rllib train`` options whose work is done otherwise today:
+# what to do instead. (An error, not a warning: the run would not be the one asked for.)
+REPLACED = {
+    "resources_per_trial": "RLlib asks Tune for each trial's resources from the algorithm's config: set "
+    "num_env_runners, num_cpus_per_env_runner, num_gpus_per_env_runner, num_learners and num_gpus_per_learner there",
+    "export_formats": "RLlib's new API stack exports no model formats: a checkpoint holds the RLModule, which "
+    "RLModule.from_checkpoint(<checkpoint>/learner_group/learner/rl_module/default_policy) loads",
+}
+# Old keys that no longer do anything: dropped with a warning.
+DROPPED = {
+    "sync_on_checkpoint": "Tune syncs each checkpoint to the storage path itself",
+    "sync_to_driver": "Tune syncs the trials' results to the storage path itself",
 }
 
 
@@ -403,18 +419,31 @@ def checkpoint_score(attribute: str) -> dict:
     return {"checkpoint_score_attribute": attribute}
 
 
-def translate_experiment_keys(spec: dict, checkpoint_config: dict, where: str) -> dict:
-    """Old top-level experiment keys (``local_dir``, ``checkpoint_freq``, ...) -> today's."""
+def translate_experiment_keys(spec: dict, run_settings: dict[str, dict], where: str) -> dict:
+    """Old top-level experiment keys (``local_dir``, ``checkpoint_freq``, ``max_failures``, ...)
+    -> today's; those that went into ``checkpoint_config`` or ``failure_config`` are put in
+    ``run_settings`` (``{"checkpoint_config": {...}, "failure_config": {...}}``)."""
     spec = dict(spec)
+    for old in REPLACED:
+        if old in spec:
+            raise key_error(where, old, REPLACED[old])
+    for old in DROPPED:
+        if old in spec:
+            spec.pop(old)
+            _warn(where, old, f"dropped: {DROPPED[old]}")
+    if "upload_dir" in spec and "local_dir" in spec:
+        spec.pop("local_dir")
+        _warn(where, "local_dir", "dropped: Tune writes the results to upload_dir (storage_path), not to a folder as well")
     for old, new in EXPERIMENT_RENAMES.items():
         if old not in spec:
             continue
         _warn(where, old, f"called {new!r} today; using that")
         value = spec.pop(old)
         if old == "checkpoint_score_attr":
-            checkpoint_config.update(checkpoint_score(value))
-        elif new.startswith("checkpoint_config."):
-            checkpoint_config[new.split(".", 1)[1]] = value
+            run_settings["checkpoint_config"].update(checkpoint_score(value))
+        elif "." in new:
+            setting, key = new.split(".", 1)
+            run_settings[setting][key] = value
         else:
             spec[new] = value
     return spec

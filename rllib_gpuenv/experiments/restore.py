@@ -101,9 +101,11 @@ def restoring(config, checkpoint: str):
     return config
 
 
-def experiment_folder(storage_path: str | None, name: str) -> Path:
+def experiment_folder(storage_path: str | None, name: str) -> str:
     """Where Tune keeps an experiment's state: ``storage_path/name`` (Tune's default storage
-    path: ``~/ray_results``)."""
+    path: ``~/ray_results``), a URI where the storage path is one (``s3://bucket/runs/name``)."""
     from ray.train.constants import DEFAULT_STORAGE_PATH
 
-    return Path(os.path.expanduser(storage_path or DEFAULT_STORAGE_PATH)) / name
+    if storage_path and "://" in storage_path:
+        return f"{storage_path.rstrip('/')}/{name}"
+    return str(Path(os.path.expanduser(storage_path or DEFAULT_STORAGE_PATH)) / name)

@@ -106,7 +106,7 @@ def run_experiment(
     if resume and tune.Tuner.can_restore(folder):
         print(f"experiment {experiment.name!r}: resuming {folder} (its unfinished trials, each from its latest checkpoint)")
         tuner = tune.Tuner.restore(
-            str(folder), trainable=experiment.algo_class, resume_unfinished=True, resume_errored=True, param_space=param_space
+            folder, trainable=experiment.algo_class, resume_unfinished=True, resume_errored=True, param_space=param_space
         )
     else:
         if resume:
@@ -116,6 +116,7 @@ def run_experiment(
             stop=experiment.stop,
             storage_path=storage_path,
             checkpoint_config=tune.CheckpointConfig(**experiment.checkpoint_config),
+            failure_config=tune.FailureConfig(**experiment.failure_config),
             progress_reporter=ResultRows(show_config=verbose >= 2),
             verbose=min(max(verbose - 1, 1), 3) if verbose > 0 else 0,
             callbacks=[TensorBoardCallback()],  # in place of Tune's: a result's scalars as one event

@@ -8,6 +8,7 @@ A YAML file holds one or more experiments::
       stop: {env_runners/episode_return_mean: 475, training_iteration: 200}
       num_samples: 1
       checkpoint_config: {checkpoint_at_end: true}
+      failure_config: {max_failures: 2}   # optional: a trial that fails starts again (from its latest checkpoint)
       restore: path/to/checkpoint   # optional: every trial starts from this checkpoint (restore.py)
       config: {num_env_runners: 0, lr: 0.0005, ...}   # AlgorithmConfig settings
 
@@ -49,6 +50,7 @@ EXPERIMENT_KEYS = {
     "config",
     "num_samples",
     "checkpoint_config",
+    "failure_config",
     "storage_path",
     "restore",
     "resource_search",
@@ -65,7 +67,8 @@ class Experiment:
     stop: dict
     num_samples: int = 1
     checkpoint_config: dict = dataclasses.field(default_factory=dict)
-    storage_path: str | None = None
+    failure_config: dict = dataclasses.field(default_factory=dict)  # tune.FailureConfig's arguments
+    storage_path: str | None = None  # a folder, or a URI (s3://..., gs://...) that Tune writes to
     restore: str | None = None  # a checkpoint every trial starts from (absolute path, checked)
     resource_search: dict | None = None
     code_folder: str | None = None  # a Python file's folder: its trials import the file's neighbours from there
@@ -80,16 +83,30 @@ def experiment_where(source: str, name: str) -> str:
     return f"{source}: experiment {name!r}"
 
 
-def _checkpoint_config(values: Any, where: str) -> dict:
+RUN_SETTINGS = {"checkpoint_config": "CheckpointConfig", "failure_config": "FailureConfig"}  # key: its tune class
+
+
+def _run_setting(key: str, values: Any, where: str) -> dict:
+    """An experiment's ``checkpoint_config`` or ``failure_config``: the arguments of Tune's
+    class of that name, checked by making one."""
     from ray import tune
 
+    name = RUN_SETTINGS[key]
     if not isinstance(values, dict):
-        raise key_error(where, "checkpoint_config", f"expected a mapping of tune.CheckpointConfig arguments, got {values!r}")
+        raise key_error(where, key, f"expected a mapping of tune.{name} arguments, got {values!r}")
     try:
-        tune.CheckpointConfig(**values)
+        getattr(tune, name)(**values)
     except (TypeError, ValueError) as err:
-        raise key_error(where, "checkpoint_config", one_line(err)) from None
+        raise key_error(where, key, one_line(err)) from None
     return dict(values)
+
+
+def storage_location(storage: str, base_dir: str = ".") -> str:
+    """Where Tune writes an experiment's results: a URI as it is (Tune writes to ``s3://``,
+    ``gs://``, ``file://``, ... through pyarrow), a folder relative to ``base_dir``."""
+    if "://" in storage:
+        return storage
+    return os.path.abspath(os.path.join(base_dir, os.path.expanduser(storage)))
 
 
 def _stop(stop: Any, where: str) -> dict:
@@ -117,9 +134,9 @@ def experiment_from_spec(
     check_name(name, where)
     if not isinstance(spec, dict):
         raise ExperimentError(f"{where}: expected a mapping with run, env, stop, config; got {type(spec).__name__}")
-    checkpoint_config = _checkpoint_config(spec.get("checkpoint_config") or {}, where)
-    spec = translate_experiment_keys({k: v for k, v in spec.items() if k != "checkpoint_config"}, checkpoint_config, where)
-    checkpoint_config = _checkpoint_config(checkpoint_config, where)  # with the old keys' values
+    run_settings = {key: _run_setting(key, spec.get(key) or {}, where) for key in RUN_SETTINGS}
+    spec = translate_experiment_keys({k: v for k, v in spec.items() if k not in RUN_SETTINGS}, run_settings, where)
+    run_settings = {key: _run_setting(key, values, where) for key, values in run_settings.items()}  # with the old keys'
     unknown = sorted(set(spec) - EXPERIMENT_KEYS)
     if unknown:
         close = difflib.get_close_matches(unknown[0], sorted(EXPERIMENT_KEYS), n=1)
@@ -148,8 +165,9 @@ def experiment_from_spec(
         config=config,
         stop=stop,
         num_samples=num_samples,
-        checkpoint_config=checkpoint_config,
-        storage_path=os.path.abspath(os.path.join(base_dir, os.path.expanduser(storage))) if storage else None,
+        checkpoint_config=run_settings["checkpoint_config"],
+        failure_config=run_settings["failure_config"],
+        storage_path=storage_location(storage, base_dir) if storage else None,
         restore=None if restore is None else check_restore(restore, config, where, base_dir=base_dir),
         resource_search=spec.get("resource_search"),
     )

@@ -193,6 +193,7 @@ def search_resources(
             name=experiment.name,
             stop=stop,
             storage_path=storage_path or experiment.storage_path,
+            failure_config=tune.FailureConfig(**experiment.failure_config),
             verbose=verbose,
             callbacks=[starts, TensorBoardCallback()],  # in place of Tune's (experiments/tensorboard.py)
         ),
@@ -221,6 +222,7 @@ def search_resources(
         best_file,
         comment=comment,
         checkpoint_config=experiment.checkpoint_config,
+        failure_config=experiment.failure_config,
         always=tuple(combos[0]),
     )
     print(f"the winning experiment is written whole to {best_file}; run it with: rllib train file {best_file}")
@@ -394,6 +396,7 @@ def write_experiment(
     path: str,
     comment: str = "",
     checkpoint_config: dict | None = None,
+    failure_config: dict | None = None,
     always: tuple[str, ...] = (),
 ) -> None:
     """Write ``config`` and ``stop`` as an experiment file that ``rllib train file`` runs as it is.
@@ -411,6 +414,8 @@ def write_experiment(
     spec = {"run": run, "env": config.env if isinstance(config.env, str) else None, "stop": dict(stop), "config": settings}
     if checkpoint_config:
         spec["checkpoint_config"] = dict(checkpoint_config)
+    if failure_config:
+        spec["failure_config"] = dict(failure_config)
     if unwritable:
         logger.warning("%s: settings %s have no YAML form and are not in the file; set them again by hand", path, unwritable)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -82,6 +82,32 @@ def test_train_refuses_bad_input_before_ray_starts(tmp_path):
     assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
 
 
+def test_old_command_lines_parse_as_they_did_or_say_what_replaced_them(caplog):
+    """The last RLlib CLI's short options and --experiment-name; old Tune's --max-failures and
+    --upload-dir; the options whose work is done otherwise today, each an error naming how
+    (argparse alone said "unrecognized arguments")."""
+    from rllib_gpuenv.cli.rllib import OLD_OPTIONS, apply_run_options, build_parser, experiments_from_args
+    from rllib_gpuenv.experiments import ExperimentError
+
+    parser = build_parser()
+    args = parser.parse_args(
+        ["train", "-a", "PPO", "-e", "CartPole-v1", "-n", "mine", "-c", '{"lr": 0.001}', "-s", '{"training_iteration": 2}']
+        + ["--torch", "--max-failures", "2", "--local-dir", "/tmp/here", "--upload-dir", "s3://bucket/runs"]
+    )
+    (experiment,) = experiments_from_args(args)
+    assert (experiment.name, experiment.config.lr, experiment.stop) == ("mine", 0.001, {"training_iteration": 2})
+    assert apply_run_options([experiment], args) == "s3://bucket/runs" and experiment.failure_config == {"max_failures": 2}
+    assert "--storage-path: not used: Tune writes the results to --upload-dir s3://bucket/runs" in caplog.text
+    base = ["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop", '{"training_iteration": 1}']
+    for flag, (takes_value, replacement) in OLD_OPTIONS.items():
+        with pytest.raises(ExperimentError, match=re.escape(f"{flag}: {replacement}")):
+            experiments_from_args(parser.parse_args(base + [flag] + (["x"] if takes_value else [])))
+    assert experiments_from_args(parser.parse_args(base + ["--sync-on-checkpoint"]))
+    assert "--sync-on-checkpoint: dropped: Tune syncs each checkpoint" in caplog.text
+    with pytest.raises(ExperimentError, match="--experiment-name names the experiment of --algo/--env; a file names its"):
+        experiments_from_args(parser.parse_args(["train", "file", str(config_file("gpu_cartpole_ppo.yaml")), "-n", "x"]))
+
+
 def train_on_our_env(tmp_path, algo: str, num_cpus: int, iterations: int = 2, *config):
     """`rllib train --algo ALGO --env GPUCartPole-v1` for some iterations: the trial's progress rows, its config
     and the command's output."""
@@ -352,35 +378,51 @@ def test_python_files_hand_their_own_envs_to_tunes_trials(tmp_path):
     `rllib_gpuenv:Reach1D...`, which no import of this package registers. The other defines a
     torch vector env and `tune.register_env`s it: Tune pickles the creator as it registers, and
     the trial gets the class by value, where it was pickled as `<run_path>.Coin`, a module no
-    trial has."""
+    trial has. Old Tune's run options on the way: `--upload-dir` (a URI, here file://: Tune writes
+    the results there) and `--max-failures` (the Reach1D trial fails once, at its first result,
+    and starts again)."""
     readme = open(os.path.join(ROOT, "README.md")).read()
     source = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'id="Reach1D-v0"' in b)
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "reach1d_file_env.py").write_text(source.replace("Reach1D-v0", "Reach1DFile-v0"))
+    failed = tmp_path / "failed-once"
     reach = write(
         folder,
-        """
+        f"""
+        import os
         import reach1d_file_env  # registers Reach1DFile-v0
+        from ray.rllib.callbacks.callbacks import RLlibCallback
         from rllib_gpuenv.rllib import DevicePPOConfig
+
+
+        class FailOnce(RLlibCallback):
+            def on_train_result(self, *, algorithm, result, **kwargs):
+                if not os.path.exists({str(failed)!r}):
+                    open({str(failed)!r}, "w").close()
+                    raise RuntimeError("a failure --max-failures retries")
+
 
         config = DevicePPOConfig().environment("Reach1DFile-v0").env_runners(num_envs_per_env_runner=16).training(
             minibatch_size=256
-        )
-        stop = {"training_iteration": 1}
+        ).callbacks(FailOnce)
+        stop = {{"training_iteration": 1}}
         """,
         name="reach_exp.py",
     )
     coin = write(folder, COIN_EXPERIMENT, name="coin_exp.py")
+    results = tmp_path / "results"
     out = rllib(
-        "train", "file", reach, coin, "--storage-path", str(tmp_path / "results"), "--ray-num-cpus", "2", "--checkpoint-at-end"
-    )
+        "train", "file", reach, coin, "--upload-dir", f"file://{results}", "--max-failures", "1", "--ray-num-cpus", "2",
+        "--checkpoint-at-end",
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
+    assert failed.exists()  # the Reach1D trial failed once, and Tune started it again
     for name, env in (("reach_exp", "reach1d_file_env:Reach1DFile-v0"), ("coin_exp", "coin-in-a-file")):
-        (progress,) = trial_progress(tmp_path / "results" / name)
+        (progress,) = trial_progress(results / name)
         assert len(progress) == 1 and float(progress[0]["env_runners/num_env_steps_sampled_lifetime"]) > 0
-        (params,) = glob.glob(str(tmp_path / "results" / name / "*" / "params.json"))
+        (params,) = glob.glob(str(results / name / "*" / "params.json"))
         assert json.load(open(params))["env"] == env
         # the folder `evaluate` and `--resume` import the file's modules from (the env's module, callbacks)
-        (checkpoint,) = glob.glob(str(tmp_path / "results" / name / "*" / "checkpoint_000000"))
+        (checkpoint,) = glob.glob(str(results / name / "*" / "checkpoint_000000"))
         assert json.load(open(os.path.join(checkpoint, "code_folders.json"))) == [str(folder.resolve())]

@@ -112,6 +112,60 @@ def test_legacy_keys_and_metrics_are_translated_with_warnings(tmp_path, caplog):
         assert old in warned, old
 
 
+def test_old_tune_run_keys_retry_failed_trials_and_write_results_to_a_uri(tmp_path, caplog):
+    """Old Tune's ``max_failures`` is today's ``failure_config`` (checked by Tune's FailureConfig);
+    ``upload_dir``, where old Tune copied the results, is the storage path, a URI kept as written
+    (``local_dir`` beside it is dropped: Tune writes to one place). Keys whose work RLlib does
+    otherwise are an error that says how; ``sync_on_checkpoint`` is dropped with a warning."""
+    path = write(
+        tmp_path,
+        f"""
+        old-run:
+          run: PPO
+          env: CartPole-v1
+          {STOP}
+          local_dir: results
+          upload_dir: s3://bucket/runs
+          max_failures: 3
+          sync_on_checkpoint: true
+        new-run:
+          run: PPO
+          env: CartPole-v1
+          {STOP}
+          storage_path: gs://bucket/runs
+          failure_config: {{max_failures: -1, fail_fast: false}}
+    """,
+    )
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        old, new = load_experiments(path)
+    assert old.failure_config == {"max_failures": 3} and old.storage_path == "s3://bucket/runs"
+    assert new.failure_config == {"max_failures": -1, "fail_fast": False} and new.storage_path == "gs://bucket/runs"
+    for text in (
+        "max_failures: called 'failure_config.max_failures' today",
+        "upload_dir: called 'storage_path' today",
+        "local_dir: dropped: Tune writes the results to upload_dir",
+        "sync_on_checkpoint: dropped: Tune syncs each checkpoint",
+    ):
+        assert text in caplog.text, text
+    for body, message in [
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, resources_per_trial: {{cpu: 2}}}}",
+            r"experiment 'x': resources_per_trial: RLlib asks Tune for each trial's resources from the algorithm's config",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, export_formats: [model]}}",
+            r"experiment 'x': export_formats: RLlib's new API stack exports no model formats",
+        ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, failure_config: {{max_retries: 2}}}}",
+            r"experiment 'x': failure_config: .*max_retries",
+        ),
+        (f"x: {{run: PPO, env: CartPole-v1, {STOP}, failure_config: 2}}", r"failure_config: expected a mapping of tune"),
+    ]:
+        with pytest.raises(ExperimentError, match=message):
+            load_experiments(write(tmp_path, body))
+
+
 def test_transition_flags_and_old_stack_settings_are_dropped_with_one_warning_each(tmp_path, caplog):
     flags = "\n".join(f"    {flag}: true" for flag in TRANSITION_FLAGS)
     path = write(
