@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_train_command(sub)
+    from rllib_gpuenv.cli.examples import add_example_command
+
+    add_example_command(sub)
 
     from rllib_gpuenv.cli import evaluate
 

@@ -27,7 +27,7 @@ from tests.helpers import (
 
 def test_help():
     out = rllib("--help")
-    assert out.returncode == 0 and "train" in out.stdout
+    assert out.returncode == 0 and "train" in out.stdout and "example" in out.stdout
     out = rllib("train", "--help")
     assert out.returncode == 0
     for text in (
@@ -106,6 +106,36 @@ def test_old_command_lines_parse_as_they_did_or_say_what_replaced_them(caplog):
     assert "--sync-on-checkpoint: dropped: Tune syncs each checkpoint" in caplog.text
     with pytest.raises(ExperimentError, match="--experiment-name names the experiment of --algo/--env; a file names its"):
         experiments_from_args(parser.parse_args(["train", "file", str(config_file("gpu_cartpole_ppo.yaml")), "-n", "x"]))
+
+
+def test_rllib_example_lists_prints_and_runs_the_shipped_files(capsys):
+    """The last RLlib CLI's `rllib example list|get|run`, over the experiment files the package ships."""
+    import yaml
+
+    from rllib_gpuenv.cli.rllib import build_parser
+    from rllib_gpuenv.experiments import ExperimentError
+    from rllib_gpuenv.experiments.shipped import config_names
+
+    def example(*argv):
+        args = build_parser().parse_args(["example", *argv])
+        return args.func(args)
+
+    shipped = [(str(name), file) for file in config_names() for name in yaml.safe_load(config_file(file).read_text())]
+    assert example("list") == 0
+    listed = capsys.readouterr().out
+    assert [tuple(line.split()[:2]) for line in listed.splitlines()] == [(name, f"{file}:") for name, file in shipped]
+    assert "gpu-cartpole-ppo  " in listed and "PPO on GPUCartPole-v1 on the device path" in listed
+    assert example("list", "--filter", "DQN") == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [n for n, _ in shipped if "dqn" in n]
+    for name in ("gpu-cartpole-dqn", "gpu_cartpole_dqn", "gpu_cartpole_dqn.yaml"):  # the id or the file's name
+        assert example("get", name) == 0
+        assert capsys.readouterr().out == config_file("gpu_cartpole_dqn.yaml").read_text()
+    with pytest.raises(ExperimentError, match="'cartpole-ppo' is not a shipped example; did you mean gpu-cartpole-ppo?"):
+        example("get", "cartpole-ppo")
+    # `run` is `rllib train file <its file>` with the options after the id: here one that stops before Ray starts
+    message = f"{config_file('gpu_pendulum_sac.yaml')}: experiment 'gpu-pendulum-sac': no_such_setting: not a"
+    with pytest.raises(ExperimentError, match=re.escape(message)):
+        example("run", "gpu-pendulum-sac", "--config", '{"no_such_setting": 1}')
 
 
 def train_on_our_env(tmp_path, algo: str, num_cpus: int, iterations: int = 2, *config):
