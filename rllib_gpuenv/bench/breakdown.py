@@ -42,6 +42,7 @@ import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.envs import unqualified_env_id
 from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.rllib.logdir import stop_algorithm
 
 # How the table and the plot name a part where the key alone would mislead.
 LABELS = {"advantages (GAE)": "training data: GAE (PPO), n-step + replay buffer (DQN, SAC)"}
@@ -278,7 +279,7 @@ def device_path(config, iterations: int, profile_build: int = 0) -> dict:
         row = _row(setup, str(runner._device), str(learner._device), round(steps), seconds, parts, scales, gpu)
         return {**row, "update": _update(config), "build_s": build_s}
     finally:
-        algo.stop()
+        stop_algorithm(algo)
 
 
 def _time_device_phases(algo, iterations: int, is_ppo: bool):
@@ -417,7 +418,7 @@ def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str =
             "update": _update(config),
         }
     finally:
-        algo.stop()
+        stop_algorithm(algo)
 
 
 def _stock_sampling_pieces(results: list[dict], calls: float) -> dict[str, float]:

@@ -31,6 +31,7 @@ from rllib_gpuenv.experiments.progress import (
     format_table,
     lookup,
 )
+from rllib_gpuenv.rllib.logdir import stop_algorithm
 
 # One file per env of the suite (the algorithm that solves it; Pendulum also by SAC, CartPole by DQN).
 SUITE_FILES = (
@@ -87,7 +88,7 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
             if met or elapsed >= budget_s:
                 break
     finally:
-        algo.stop()
+        stop_algorithm(algo)
         ray.shutdown()
     reached = any(metric in goal for metric in met)
     return {

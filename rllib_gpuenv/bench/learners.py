@@ -33,6 +33,7 @@ import time
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, lookup
+from rllib_gpuenv.rllib.logdir import stop_algorithm
 
 LAYOUTS = ("colocated", "separate")  # of several learners, each measured beside the local learner
 
@@ -122,7 +123,7 @@ def measure(
                 print(f"  {setup['setup']}: throughput ...", file=sys.stderr, flush=True)
                 throughput = _throughput(algo, iterations)
         finally:
-            algo.stop()
+            stop_algorithm(algo)
     reached = [r["seconds"] for r in runs if r["seconds"] is not None]
     median = statistics.median(reached) if len(reached) * 2 > len(runs) else None
     return {**throughput, "runs": runs, "median_s_to_target": median, "reached": f"{len(reached)}/{len(runs)}"}

@@ -402,7 +402,7 @@ def _rllib_curve(
     config = experiment.config.debugging(seed=seed)
     apply_config(config, {**task.overrides.get(contender, {}), **overrides}, "overrides")
     from rllib_gpuenv.rllib.in_process import InProcess, builds_without_ray
-    from rllib_gpuenv.rllib.logdir import remove_empty_logdir
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
 
     # Its own Ray, unless (as in the main job) the algorithm needs none: a device algorithm
     # whose runner and learner are both in this process.
@@ -436,8 +436,7 @@ def _rllib_curve(
                 break
         sampling = _rllib_sampling_rate(algo)
     finally:
-        algo.stop()
-        remove_empty_logdir(algo)  # a stock RLlib algorithm's too (the device ones do it in stop())
+        stop_algorithm(algo)  # and Tune's empty log folder, a stock RLlib algorithm's too
         ray.shutdown()
     return {
         "curve": curve,

@@ -32,6 +32,7 @@ import torch
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
 from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.rllib.logdir import stop_algorithm
 
 LEAN, CAPTURED, RLLIB, PLAIN = "ours: lean update", "ours: captured", "RLlib's update", "plain torch"
 CONTENDERS = (CAPTURED, LEAN, RLLIB, PLAIN)
@@ -282,7 +283,7 @@ def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
             results += _rows("PPO", size, time_turns(runs, epochs * rows // size, rounds, learner._device))
         return results
     finally:
-        algo.stop()
+        stop_algorithm(algo)
 
 
 def measure_dqn(
@@ -343,7 +344,7 @@ def measure_replay(
             results += _rows(algo_name, size, time_turns(runs, steps_per_update, rounds, learner._device))
         return results
     finally:
-        algo.stop()
+        stop_algorithm(algo)
 
 
 def _paths(learner) -> list[str]:

@@ -43,7 +43,7 @@ from rllib_gpuenv.rllib.checkpointing import (
     use_code_folders,
 )
 from rllib_gpuenv.rllib.in_process import builds_without_ray
-from rllib_gpuenv.rllib.logdir import remove_empty_logdir
+from rllib_gpuenv.rllib.logdir import stop_algorithm
 
 logger = logging.getLogger(__name__)
 
@@ -351,8 +351,7 @@ def train(
     finally:
         progress.close()
         loggers.close(failed=failed)
-        algo.stop()
-        remove_empty_logdir(algo)  # a stock RLlib algorithm's too (the device ones do it in stop())
+        stop_algorithm(algo)  # and Tune's empty log folder, a stock RLlib algorithm's too
     if not ray_was_running:
         ray.shutdown()  # now, so that the summary is the last thing the user waits for
     print(f"checkpoint saved to {checkpoint}")

@@ -27,6 +27,13 @@ def remove_empty_logdir(algo) -> None:
         pass  # something was written there, or it is gone
 
 
+def stop_algorithm(algo) -> None:
+    """``algo.stop()``, then its empty log folder removed: for any algorithm a command builds,
+    RLlib's own too (the device algorithms' ``stop()`` does it already)."""
+    algo.stop()
+    remove_empty_logdir(algo)
+
+
 class LeavesNoEmptyLogdir:
     """Mixin: ``stop()`` removes the algorithm's log folder if Tune made it outside a run and it
     is still empty (``remove_empty_logdir``)."""
