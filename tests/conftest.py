@@ -78,6 +78,33 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(os.path.relpath(str(item.path), tests).replace(os.sep, "/"), len(rank)))
 
 
+def pytest_sessionstart(session):
+    import time
+
+    session.config._started_at = time.time()
+
+
+def pytest_sessionfinish(session):
+    """Once, in the main process (after every worker): the empty log folders Tune made in
+    ``~/ray_results`` while the tests ran, for the RLlib algorithms the tests build outside a Tune
+    run and stop themselves (the package's own commands and device algorithms leave none:
+    ``rllib/logdir.py``). Only empty folders named as Tune names them, made since the session began."""
+    import re
+
+    from ray.train.constants import DEFAULT_STORAGE_PATH
+
+    if hasattr(session.config, "workerinput") or not os.path.isdir(DEFAULT_STORAGE_PATH):
+        return
+    started = getattr(session.config, "_started_at", None)
+    for entry in os.scandir(DEFAULT_STORAGE_PATH):
+        tune_named = re.fullmatch(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}\w{8}", entry.name)
+        if tune_named and entry.is_dir() and started is not None and entry.stat().st_mtime >= started:
+            try:
+                os.rmdir(entry.path)  # only an empty one
+            except OSError:
+                pass
+
+
 @pytest.fixture(params=CPU_BACKENDS)
 def backend(request):
     return request.param
