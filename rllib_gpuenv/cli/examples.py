@@ -65,7 +65,7 @@ def find_example(name: str) -> Example:
     )
 
 
-def list_command(args) -> int:
+def list_examples(args) -> int:
     shown = [e for e in examples() if not args.filter or re.search(args.filter, f"{e.id} {e.file}", re.I)]
     if not shown:
         print(f"no example matches {args.filter!r}: rllib example list shows them all")
@@ -76,14 +76,14 @@ def list_command(args) -> int:
     return 0
 
 
-def get_command(args) -> int:
+def print_example(args) -> int:
     from rllib_gpuenv.experiments.shipped import config_file
 
     print(config_file(find_example(args.id).file).read_text(), end="")
     return 0
 
 
-def run_command(args) -> int:
+def run_example(args) -> int:
     """``rllib train file <the example's file> [options]``: its options as ``rllib train`` has them."""
     from rllib_gpuenv.cli.rllib import build_parser
     from rllib_gpuenv.experiments.shipped import config_file
@@ -102,14 +102,14 @@ def add_example_command(subparsers) -> argparse.ArgumentParser:
     verbs = example.add_subparsers(dest="verb", required=True, metavar="VERB")
     listing = verbs.add_parser("list", help="every shipped example: its id, file and what it does")
     listing.add_argument("--filter", "-f", help="only examples whose id or file matches this (a regular expression)")
-    listing.set_defaults(func=list_command)
+    listing.set_defaults(func=list_examples)
     get = verbs.add_parser("get", help="print an example's experiment file")
     get.add_argument("id", help="the example's id (rllib example list) or its file's name")
-    get.set_defaults(func=get_command)
+    get.set_defaults(func=print_example)
     run = verbs.add_parser("run", help="run an example: rllib train file <its file> [train options]")
     run.add_argument("id", help="the example's id (rllib example list) or its file's name")
     run.add_argument(
         "train_options", nargs=argparse.REMAINDER, help="rllib train's options (rllib train --help), e.g. --stop JSON"
     )
-    run.set_defaults(func=run_command)
+    run.set_defaults(func=run_example)
     return example

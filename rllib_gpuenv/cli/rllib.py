@@ -183,8 +183,9 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     train.add_argument(
         "--max-failures",
         type=options.count(-1),
-        help="start a trial that failed again, at most N times, from its latest checkpoint (-1: always; "
-        "default 0); as failure_config: {max_failures: N} in a file",
+        metavar="N",
+        help="start a trial that failed again, at most N times (-1: always; default 0), from its latest checkpoint "
+        "if it kept one (--checkpoint-freq), else from the start; as failure_config: {max_failures: N} in a file",
     )
     train.add_argument(
         "--keep-checkpoints-num", type=options.count(1), help="keep each trial's N best checkpoints (default: all)"

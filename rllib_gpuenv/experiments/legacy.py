@@ -431,9 +431,10 @@ def translate_experiment_keys(spec: dict, run_settings: dict[str, dict], where: 
         if old in spec:
             spec.pop(old)
             _warn(where, old, f"dropped: {DROPPED[old]}")
-    if "upload_dir" in spec and "local_dir" in spec:
-        spec.pop("local_dir")
-        _warn(where, "local_dir", "dropped: Tune writes the results to upload_dir (storage_path), not to a folder as well")
+    for local in ("local_dir", "storage_path"):  # upload_dir is where the results go now: no second place
+        if "upload_dir" in spec and local in spec:
+            spec.pop(local)
+            _warn(where, local, "dropped: Tune writes the results to upload_dir (storage_path), not to a folder as well")
     for old, new in EXPERIMENT_RENAMES.items():
         if old not in spec:
             continue

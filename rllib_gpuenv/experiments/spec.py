@@ -8,7 +8,7 @@ A YAML file holds one or more experiments::
       stop: {env_runners/episode_return_mean: 475, training_iteration: 200}
       num_samples: 1
       checkpoint_config: {checkpoint_at_end: true}
-      failure_config: {max_failures: 2}   # optional: a trial that fails starts again (from its latest checkpoint)
+      failure_config: {max_failures: 2}   # optional: a trial that fails starts again (from its latest checkpoint, if any)
       restore: path/to/checkpoint   # optional: every trial starts from this checkpoint (restore.py)
       config: {num_env_runners: 0, lr: 0.0005, ...}   # AlgorithmConfig settings
 

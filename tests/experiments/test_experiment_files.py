@@ -134,10 +134,18 @@ def test_old_tune_run_keys_retry_failed_trials_and_write_results_to_a_uri(tmp_pa
           {STOP}
           storage_path: gs://bucket/runs
           failure_config: {{max_failures: -1, fail_fast: false}}
+        both-places:
+          run: PPO
+          env: CartPole-v1
+          {STOP}
+          storage_path: results
+          upload_dir: s3://bucket/both
     """,
     )
     with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
-        old, new = load_experiments(path)
+        old, new, both = load_experiments(path)
+    assert both.storage_path == "s3://bucket/both"
+    assert "experiment 'both-places': storage_path: dropped: Tune writes the results to upload_dir" in caplog.text
     assert old.failure_config == {"max_failures": 3} and old.storage_path == "s3://bucket/runs"
     assert new.failure_config == {"max_failures": -1, "fail_fast": False} and new.storage_path == "gs://bucket/runs"
     for text in (
