@@ -58,6 +58,51 @@ def test_imports_go_from_the_ground_floor_up():
     assert not upward, upward
 
 
+def _module_files() -> dict[str, str]:
+    """Every module of the package by its dotted name (a package by its own name)."""
+    modules = {}
+    for folder, _, files in os.walk(os.path.join(ROOT, "rllib_gpuenv")):
+        for file in files:
+            if file.endswith(".py"):
+                path = os.path.join(folder, file)
+                name = os.path.relpath(path, ROOT).removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__")
+                modules[name] = path
+    return modules
+
+
+def _imported_modules(path: str, modules: dict[str, str]) -> set[str]:
+    """The package's modules a file imports, at its top or inside a function (``from a import b``:
+    module ``a.b`` where there is one, else ``a``)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                found.add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found & modules.keys()
+
+
+def test_no_modules_import_each_other():
+    """Not even through a function's import: a circle of modules is one module's job in several files."""
+    modules = _module_files()
+    graph = {name: _imported_modules(path, modules) - {name} for name, path in modules.items()}
+    circles, done = [], set()
+
+    def visit(name: str, path: list[str]) -> None:
+        for target in sorted(graph[name]):
+            if target in path:
+                circles.append(" -> ".join(path[path.index(target) :] + [target]))
+            elif target not in done:
+                visit(target, path + [target])
+        done.add(name)
+
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name])
+    assert not circles, circles
+
+
 @pytest.mark.parametrize("old, new", sorted(MOVED.items()))
 def test_old_module_names_are_the_moved_modules(old, new):
     assert importlib.import_module(old) is importlib.import_module(new)

@@ -85,15 +85,15 @@ def print_example(args) -> int:
 
 def run_example(args) -> int:
     """``rllib train file <the example's file> [options]``: its options as ``rllib train`` has them."""
-    from rllib_gpuenv.cli.rllib import build_parser
     from rllib_gpuenv.experiments.shipped import config_file
 
     path = str(config_file(find_example(args.id).file))
-    train = build_parser().parse_args(["train", "file", path, *args.train_options])
+    train = args.train_parser.parse_args(["file", path, *args.train_options])
     return train.func(train)
 
 
-def add_example_command(subparsers) -> argparse.ArgumentParser:
+def add_example_command(subparsers, train: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``rllib example``, beside ``train``, the command whose parser ``run`` hands the example's file to."""
     example = subparsers.add_parser(
         "example",
         help="the shipped experiment files as examples: list, get, run",
@@ -111,5 +111,5 @@ def add_example_command(subparsers) -> argparse.ArgumentParser:
     run.add_argument(
         "train_options", nargs=argparse.REMAINDER, help="rllib train's options (rllib train --help), e.g. --stop JSON"
     )
-    run.set_defaults(func=run_example)
+    run.set_defaults(func=run_example, train_parser=train)
     return example

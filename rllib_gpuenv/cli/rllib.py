@@ -104,10 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `rllib <command> --help` for a command's options.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_train_command(sub)
+    train = add_train_command(sub)
     from rllib_gpuenv.cli.examples import add_example_command
 
-    add_example_command(sub)
+    add_example_command(sub, train)
 
     from rllib_gpuenv.cli import evaluate
 
