@@ -15,7 +15,7 @@ from gymnasium.vector import VectorWrapper
 from gymnasium.vector.utils import batch_space, iterate
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-from rllib_gpuenv.core.devices import resolve_device
+from rllib_gpuenv.core.devices import canonical_device, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class CheckDeviceEnv(VectorWrapper):
 
     def __init__(self, env: gym.vector.VectorEnv, device: str | torch.device):
         super().__init__(env)
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -273,9 +273,11 @@ def CheckDevice(obj, device: str | torch.device):  # noqa: N802 (reads as a wrap
 
     For a gymnasium vector env this returns a wrapper; for an RLlib ``RLModule`` (or any
     ``torch.nn.Module``) it instruments the module's forward methods in place and returns it.
-    The check walks the tensors' ``.device`` attributes only: no copies, no synchronisation.
+    ``device`` is any the package takes (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``), compared as
+    torch reports a tensor's (``"cuda"`` is the current GPU). The check walks the tensors'
+    ``.device`` attributes only: no copies, no synchronisation.
     """
-    device = torch.device(device)
+    device = canonical_device(device)
     if isinstance(obj, gym.vector.VectorEnv):
         return CheckDeviceEnv(obj, device)
     if isinstance(obj, torch.nn.Module):

@@ -18,20 +18,40 @@ def available_devices() -> list[str]:
     return devices
 
 
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """``"auto"``/None → the current GPU if there is one, else the CPU; others are validated.
-
-    Asking for a GPU that is not there is an error that lists what is available (never a
-    silent fallback, never a hang).
-    """
-    if device is None or (isinstance(device, str) and device == "auto"):
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+def parse_device(device: str | torch.device) -> torch.device:
+    """``device`` as torch reads it, not checked against this machine (a remote worker's may differ)."""
     try:
-        dev = torch.device(device)
+        return torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(
             f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda[:N]' (available here: {', '.join(available_devices())})"
         ) from err
+
+
+def canonical_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as torch reports a tensor's made there (``"cpu:0"`` → ``cpu``, ``"cuda"`` → the
+    current GPU's ``cuda:N``; ``"auto"``/None as ``resolve_device``), so that it compares equal to
+    ``tensor.device``; not checked against this machine's devices."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return resolve_device(device)
+    dev = parse_device(device)
+    if dev.type == "cpu":
+        return torch.device("cpu")  # a CPU tensor's device has no index, whatever index was asked for
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return dev
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``"auto"``/None → the current GPU if there is one, else the CPU; others are validated.
+
+    The result is the device torch reports for a tensor made there (``"cuda"`` → ``cuda:<current>``,
+    ``"cpu:0"`` → ``cpu``), so that it compares equal to ``tensor.device``. Asking for a GPU that is
+    not there is an error that lists what is available (never a silent fallback, never a hang).
+    """
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    dev = parse_device(device)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(
@@ -50,7 +70,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
             f"device {device!r} is not supported: use 'auto', 'cpu' or 'cuda[:N]' "
             f"(available here: {', '.join(available_devices())})"
         )
-    return dev
+    return torch.device("cpu")
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -282,12 +282,13 @@ class DeviceRolloutsConfig:
         that, ``"cpu"`` is accepted, and a GPU index is an error (Ray chooses which GPU)."""
         if self.learner_device is None:
             return
-        from rllib_gpuenv.core.devices import resolve_device
+        from rllib_gpuenv.core.devices import parse_device, resolve_device
 
         if self.num_learners > 0:
-            if self.learner_device == "auto" or (self.learner_device == "cpu" and not self.num_gpus_per_learner):
+            on_the_cpu = self.learner_device != "auto" and parse_device(self.learner_device).type == "cpu"
+            if self.learner_device == "auto" or (on_the_cpu and not self.num_gpus_per_learner):
                 return
-            if self.learner_device == "cpu":
+            if on_the_cpu:
                 raise ValueError(
                     f"devices(learner='cpu') but num_gpus_per_learner={self.num_gpus_per_learner}: "
                     "set num_gpus_per_learner=0 for learners on the CPU"

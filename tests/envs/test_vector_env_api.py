@@ -71,6 +71,17 @@ def test_torch_output_stays_on_device_and_numpy_output_is_numpy(backend):
     assert (obs.dtype, out[1].dtype, out[2].dtype) == (np.float32, np.float32, np.bool_)
 
 
+@pytest.mark.parametrize("device", ["cpu:0", torch.device("cpu", 0), "auto", None])
+def test_every_spelling_of_the_cpu_steps(device, backend):
+    """The env's device is the one torch reports for its tensors: ``cpu:0`` is ``cpu``, and
+    actions made with ``.to(env.device)`` (or anywhere on the CPU) are taken."""
+    env = CartPoleVectorEnv(2, backend=backend, device=device)
+    assert env.device == torch.device("cpu")
+    obs, _ = env.reset(seed=0)
+    assert obs.device == env.device
+    env.step(torch.zeros(2, dtype=torch.long).to(env.device))
+
+
 def test_same_seed_same_trajectory_different_seed_different(backend):
     def run(seed):
         env = CartPoleVectorEnv(10, backend=backend, dtype="float64")

@@ -60,6 +60,13 @@ def test_check_device_names_the_misplaced_tensor_of_an_env():
     with pytest.raises(DeviceMismatchError, match=r"env.reset\(\) output: observations is a numpy array \(host memory\), "):
         host.reset(seed=0)
     CheckDevice(gym.make_vec("CartPole-v1", 2), "cpu").reset(seed=0)  # on the CPU, numpy is where it should be
+    # the device as the package spells it elsewhere: cpu:0 is where torch says a CPU tensor is; auto the default
+    for spelling in ("cpu:0", "auto", torch.device("cpu", 0)):
+        checked = CheckDevice(CartPoleVectorEnv(2, device="cpu"), spelling)
+        checked.reset(seed=0)
+        checked.step(torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"unknown device 'gpu': use 'auto', 'cpu' or 'cuda\[:N\]'"):
+        CheckDevice(CartPoleVectorEnv(2, device="cpu"), "gpu")
 
 
 def test_check_device_names_the_misplaced_tensor_of_a_module():

@@ -235,6 +235,6 @@ def test_layout_mistakes_are_named_before_anything_starts(config, message):
 
 def test_on_a_machine_without_a_gpu_learner_settings_give_no_gpu_advice():
     """DeviceDQN's default learner device is "auto": with remote learners that is what Ray gives them."""
-    for config in (dqn(), dqn().devices(learner="cpu"), ppo().devices(learner="auto")):
+    for config in (dqn(), dqn().devices(learner="cpu"), dqn().devices(learner="cpu:0"), ppo().devices(learner="auto")):
         config.validate()
         assert config.num_gpus_per_learner == 0
