@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.spaces import Box, Dict, MultiBinary, MultiDiscrete, Tuple
-from gymnasium.vector import VectorWrapper
-from gymnasium.vector.utils import batch_space, iterate
+from gymnasium.vector import AutoresetMode, VectorWrapper
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from rllib_gpuenv.core.devices import canonical_device, resolve_device
@@ -25,17 +25,23 @@ class DeviceEnv(VectorWrapper):
 
     Observations, rewards and done flags arrive as tensors on ``device``; actions may be
     tensors there (they are copied to the host for the wrapped env). Episode returns and
-    lengths are recorded with gymnasium's ``RecordEpisodeStatistics`` and handed over as
-    tensors too, so the device env runner can train any gymnasium env. Each step costs one
-    host→device copy of the results and one device→host copy of the actions. ``Tuple`` and
-    ``Dict`` observations, which no single tensor holds, arrive flattened by gymnasium's
-    ``spaces.flatten`` (``Discrete`` parts one-hot, ``Box`` parts as they are, side by side).
+    lengths of a NEXT_STEP env (gymnasium's default) are recorded with gymnasium's
+    ``RecordEpisodeStatistics`` (unless the env has it already) and handed over as tensors
+    too, so the device env runner can train any gymnasium env; for a SAME_STEP env, whose steps
+    that wrapper miscounts, the runner keeps them. A SAME_STEP env's final observations
+    (``infos["final_obs"]``, one array per env) become a tensor of all envs' rows; the env's
+    other infos pass as they are (host memory). Each step costs one host→device copy of the
+    results and one device→host copy of the actions. ``Tuple`` and ``Dict`` observations, which
+    no single tensor holds, arrive flattened by gymnasium's ``spaces.flatten`` (``Discrete``
+    parts one-hot, ``Box`` parts as they are, side by side).
     """
 
     def __init__(self, env: gym.vector.VectorEnv, device: str | torch.device = "auto"):
         if not isinstance(env, gym.vector.VectorEnv):
             raise TypeError(f"DeviceEnv wraps a gymnasium VectorEnv (e.g. gym.make_vec(...)), got {type(env).__name__}")
-        super().__init__(RecordEpisodeStatistics(env))
+        same_step = env.metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
+        super().__init__(env if same_step or _has_episode_statistics(env) else RecordEpisodeStatistics(env))
+        self.episode_statistics = not same_step  # in ``infos["episode"]``, as this package's envs keep them
         self.device = resolve_device(device)
         self._structured = env.single_observation_space if isinstance(env.single_observation_space, (Tuple, Dict)) else None
         if self._structured is not None:
@@ -55,28 +61,47 @@ class DeviceEnv(VectorWrapper):
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
+        if isinstance(obs, torch.Tensor):
+            raise TypeError(
+                f"DeviceEnv wraps envs of numpy arrays; {self.env.unwrapped} returns torch tensors (on {obs.device}) "
+                "already: use it without DeviceEnv"
+            )
         return self._observations(obs), info
 
     def step(self, actions):
         if isinstance(actions, torch.Tensor):
             actions = actions.detach().cpu().numpy()
         obs, reward, terminated, truncated, info = self.env.step(self._checked(actions))
-        out = {}
-        if "episode" in info:
-            out = {
-                "episode": {
-                    "r": self._tensor(info["episode"]["r"], torch.float32),
-                    "l": self._tensor(info["episode"]["l"], torch.int32),
-                },
-                "_episode": self._tensor(info["_episode"], torch.bool),
-            }
         return (
             self._observations(obs),
             self._tensor(reward, torch.float32),
             self._tensor(terminated, torch.bool),
             self._tensor(truncated, torch.bool),
-            out,
+            self._infos(info, obs),
         )
+
+    def _infos(self, info: dict, obs) -> dict:
+        """The episode statistics and a SAME_STEP env's final observations as tensors on the
+        device (the rows of envs whose episode did not end hold their current observation); the
+        rest as the env made it."""
+        out = {k: v for k, v in info.items() if k not in ("episode", "_episode", "final_obs", "_final_obs")}
+        if "episode" in info:
+            out["episode"] = {
+                "r": self._tensor(info["episode"]["r"], torch.float32),
+                "l": self._tensor(info["episode"]["l"], torch.int32),
+            }
+            out["_episode"] = self._tensor(info["_episode"], torch.bool)
+        if "final_obs" in info:
+            ended = np.asarray(info["_final_obs"], dtype=bool)
+            now = iterate(self.env.observation_space, obs)
+            rows = [final if end else current for final, end, current in zip(info["final_obs"], ended, now)]
+            out["final_obs"] = self._observations(
+                concatenate(
+                    self.env.single_observation_space, rows, create_empty_array(self.env.single_observation_space, len(rows))
+                )
+            )
+            out["_final_obs"] = self._tensor(ended, torch.bool)
+        return out
 
     def _checked(self, actions):
         """Actions of the wrong shape, kind or range, named as the suite's envs name them: a
@@ -111,6 +136,15 @@ class DeviceEnv(VectorWrapper):
     def _one_action(self) -> str:
         """For the messages only: a space's text takes ~10 µs, too much for every step."""
         return f"one {self.single_action_space} action per env"
+
+
+def _has_episode_statistics(env: gym.vector.VectorEnv) -> bool:
+    """Whether ``RecordEpisodeStatistics`` wraps ``env`` already (a second would find its keys taken)."""
+    while isinstance(env, VectorWrapper):
+        if isinstance(env, RecordEpisodeStatistics):
+            return True
+        env = env.env
+    return False
 
 
 class ObservationTransform(VectorWrapper):

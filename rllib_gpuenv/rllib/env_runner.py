@@ -312,7 +312,11 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         )
         if isinstance(env.unwrapped, JaxVectorEnv) and num_envs == config.num_envs_per_env_runner:
             env.unwrapped.compile()  # now, while the runner is built, not in its first sample (the spaces' env: never)
-        keeps_statistics = isinstance(env, DeviceEnv) or getattr(env.unwrapped, "episode_statistics", False) is True
+        keeps_statistics = (
+            env.episode_statistics
+            if isinstance(env, DeviceEnv)
+            else getattr(env.unwrapped, "episode_statistics", False) is True
+        )
         self._steps = StepReader(env, keeps_statistics)  # its autoreset mode; an env without one fails here
         env = as_the_module_sees_it(env, config)
         if getattr(config, "check_devices", False):

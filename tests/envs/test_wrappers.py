@@ -21,6 +21,50 @@ def test_device_env_wraps_a_gymnasium_env():
         DeviceEnv(gym.make("Acrobot-v1"))
 
 
+def test_device_env_hands_over_a_same_step_env_s_final_observations_and_the_env_s_own_infos():
+    """gymnasium's SAME_STEP autoreset: each ended env's final observation (an array per env in
+    ``infos["final_obs"]``) becomes a row of one tensor, as the device runner reads it; the other
+    infos pass as the env made them; no RecordEpisodeStatistics, which miscounts SAME_STEP."""
+    from gymnasium.vector import AutoresetMode
+
+    def make():
+        return gym.make_vec(
+            "CartPole-v1", 3, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
+        )
+
+    env, reference = DeviceEnv(make(), "cpu"), make()
+    obs, _ = env.reset(seed=0)
+    reference.reset(seed=0)
+    ended = 0
+    for step in range(40):
+        actions = torch.tensor([step % 2, 0, 1])
+        obs, _, term, trunc, info = env.step(actions)
+        ref_obs, _, _, _, ref_info = reference.step(actions.numpy())
+        assert torch.equal(obs, torch.as_tensor(ref_obs))
+        assert "episode" not in info
+        if "final_obs" in ref_info:
+            mask = ref_info["_final_obs"]
+            assert torch.equal(info["_final_obs"], torch.as_tensor(mask)) and torch.equal(info["_final_obs"], term | trunc)
+            for i in range(3):  # the ended envs' last observations; the others' current ones
+                assert torch.equal(info["final_obs"][i], torch.as_tensor(ref_info["final_obs"][i] if mask[i] else ref_obs[i]))
+            assert "final_info" in info  # the env's own, as it made them
+            ended += int(mask.sum())
+    assert ended >= 3
+
+
+def test_device_env_takes_an_env_that_records_its_episodes_and_refuses_one_of_tensors():
+    env = DeviceEnv(gym.wrappers.vector.RecordEpisodeStatistics(gym.make_vec("CartPole-v1", 2)), "cpu")
+    env.reset(seed=0)
+    lengths = []
+    for _ in range(60):
+        info = env.step(torch.zeros(2, dtype=torch.long))[4]
+        if "episode" in info:
+            lengths += info["episode"]["l"][info["_episode"]].tolist()
+    assert lengths and all(8 <= n <= 12 for n in lengths)  # pushed left all the way: CartPole falls in about 10 steps
+    with pytest.raises(TypeError, match=r"returns torch tensors \(on cpu\) already: use it without DeviceEnv"):
+        DeviceEnv(CartPoleVectorEnv(2, device="cpu"), "cpu").reset(seed=0)
+
+
 @pytest.mark.parametrize(
     "env_id, actions, error, message",
     [

@@ -202,6 +202,37 @@ def test_played_steps_become_the_episodes_rllib_would_build(runs, mode):
                 assert mine.dtype == theirs.dtype and (mine == theirs).all(), column
 
 
+def test_a_gymnasium_env_in_same_step_mode_trains_on_its_real_final_observations():
+    """gymnasium's own vectorisation in SAME_STEP mode, wrapped in DeviceEnv: every step is a row,
+    each ended episode bootstraps from its real final observation, and the runner counts the
+    episodes (CartPole: a return of 1 a step, so return and length agree)."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    from rllib_gpuenv.wrappers import DeviceEnv
+
+    def same_step_cartpole(config):
+        env = gym.make_vec(
+            "CartPole-v1",
+            config["num_envs"],
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        )
+        return DeviceEnv(env, config["device"])
+
+    tune.register_env("gym-same-step-cartpole", same_step_cartpole)
+    runner = DeviceEnvRunner(config=config_for("gym-same-step-cartpole"))
+    rollouts = [copy(runner.sample()) for _ in range(5)]  # 60 steps: every env's first episode ends
+    for rollout in rollouts:
+        assert rollout.valid.all() and rollout.next_observations is not None
+    ended = torch.cat([r.terminated | r.truncated for r in rollouts])
+    assert ended.any(0).all()
+    # where an episode ended, the next observation is the final one (beyond CartPole's bounds), not the reset one
+    final = torch.cat([r.next_observations for r in rollouts])[ended]
+    assert ((final[:, 0].abs() > 2.4) | (final[:, 2].abs() > 0.2095)).all()
+    assert runner._recent_episodes and all(r == length for r, length in runner._recent_episodes)
+
+
 def test_an_env_without_an_autoreset_mode_fails_naming_the_choices():
     with pytest.raises(
         ValueError, match=r"ScriptedNoMode declares no metadata\['autoreset_mode'\]: .*NEXT_STEP or .*SAME_STEP"
