@@ -201,16 +201,22 @@ class GPUVectorEnv(VectorEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start a new episode in every env; ``seed`` makes the whole vector deterministic.
 
-        ``options`` are the gymnasium env's (CartPole's ``{"low": l, "high": h}``, ...).
+        ``options`` are the gymnasium env's (CartPole's ``{"low": l, "high": h}``, ...), and
+        gymnasium's vector ``"reset_mask"``: a bool array (or tensor) of one entry per env, to reset
+        only those envs; the others go on as they were, and their rows of the observations
+        returned are their current ones. A seed is the whole vector's from then on.
         """
         self._check_open()
         if seed is not None:
             if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
                 raise TypeError(f"seed must be a non-negative integer or None, got {seed!r}")
             seed = int(seed)  # gymnasium's seeding takes Python ints only
+        options = dict(options or {})
+        mask = self._reset_mask(options.pop("reset_mask", None))
         lows, highs = self.definition.reset_bounds(options, self.params)
         super().reset(seed=seed)
         b = self._buffers
+        before = None if mask is None or self._constants is None else {k: t.clone() for k, t in b.tensors().items()}
         if seed is not None:
             self._seed32 = fold_seed(seed)
             b.episode.zero_()
@@ -223,10 +229,29 @@ class GPUVectorEnv(VectorEnv):
         b.steps.zero_()
         b.prev_done.zero_()
         b.ep_return.zero_()
+        if before is not None:  # the envs outside the mask as they were (buffers are envs-last: the mask broadcasts)
+            for name, tensor in b.tensors().items():
+                tensor.copy_(torch.where(mask, tensor, before[name]))
         self._last_action = None
         with tensor_float(self.dtype):
             obs = self._bound.observation(self.definition.observe(self._bound.state_items(b.state, b.array), self.params))
         return self._to_output(obs.movedim(-1, 0)), {}
+
+    def _reset_mask(self, mask) -> torch.Tensor | None:
+        """gymnasium's ``options["reset_mask"]`` as a bool tensor on the device (None: every env)."""
+        if mask is None:
+            return None
+        kind = getattr(mask, "dtype", None)
+        if not isinstance(mask, (np.ndarray, torch.Tensor)) or kind not in (np.bool_, torch.bool):
+            raise TypeError(
+                f"options['reset_mask'] must be a bool numpy array or tensor, one entry per env, got "
+                f"{type(mask).__name__}{'' if kind is None else f' of dtype {kind}'}"
+            )
+        if tuple(mask.shape) != (self.num_envs,):
+            raise ValueError(
+                f"options['reset_mask'] must have shape ({self.num_envs},), one entry per env, got {tuple(mask.shape)}"
+            )
+        return torch.as_tensor(mask).to(self.device)
 
     def step(self, actions):
         """Step every env with one action each (an action space element per env)."""

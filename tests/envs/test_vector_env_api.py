@@ -95,6 +95,31 @@ def test_same_seed_same_trajectory_different_seed_different(backend):
     assert not torch.equal(run(3), run(4))
 
 
+def test_a_reset_mask_resets_only_those_envs(backend):
+    """gymnasium's ``options["reset_mask"]`` (SyncVectorEnv's): the masked envs start a new episode
+    (their step counts and returns anew), the others go on where they were, from the same states."""
+    env = CartPoleVectorEnv(4, backend=backend, dtype="float64", episode_statistics=True)
+    reference = CartPoleVectorEnv(4, backend=backend, dtype="float64", episode_statistics=True)
+    env.reset(seed=0), reference.reset(seed=0)
+    for _ in range(3):
+        obs = env.step(torch.zeros(4, dtype=torch.long))[0]
+        reference.step(torch.zeros(4, dtype=torch.long))
+    mask = np.array([True, False, False, True])
+    after, _ = env.reset(options={"reset_mask": mask})
+    assert torch.equal(after[1:3], obs[1:3]) and not torch.isclose(after[[0, 3]], obs[[0, 3]]).any()
+    assert after[[0, 3]].abs().max() <= 0.05  # CartPole's initial range
+    for _ in range(15):  # the kept envs step on exactly as the envs that were never reset
+        out, ref = env.step(torch.ones(4, dtype=torch.long)), reference.step(torch.ones(4, dtype=torch.long))
+        assert torch.equal(out[0][1:3], ref[0][1:3])
+        if out[4]["_episode"][1:3].any():
+            assert torch.equal(out[4]["episode"]["l"][1:3], ref[4]["episode"]["l"][1:3])
+    env.reset(options={"reset_mask": torch.tensor([True, False, False, False])})  # a tensor mask too
+    with pytest.raises(ValueError, match=r"reset_mask'\] must have shape \(4,\), one entry per env, got \(3,\)"):
+        env.reset(options={"reset_mask": np.ones(3, dtype=bool)})
+    with pytest.raises(TypeError, match=r"reset_mask'\] must be a bool numpy array or tensor, .* got list"):
+        env.reset(options={"reset_mask": [True, False, False, True]})
+
+
 def test_unseeded_resets_move_on_and_reset_bounds_option():
     env = CartPoleVectorEnv(100)
     first, _ = env.reset(seed=1)
