@@ -122,10 +122,18 @@ def register_env(definition: EnvDef) -> None:
     """Make an env definition (yours, or the suite's) an id that ``make_vector_env``, gymnasium
     (``gym.make_vec``), RLlib and the device env runner know; safe to call repeatedly. In other
     processes (remote env runners) name it ``"your_module:YourEnv-v0"``, so that importing your
-    module registers it there too."""
-    add_definition(definition)
-    if definition.id in gym.registry:
+    module registers it there too. An id that gymnasium has for an env of its own (``CartPole-v1``)
+    is refused: ``gym.make_vec`` would make that one."""
+    spec = gym.registry.get(definition.id)
+    if spec is not None and spec.kwargs.get("env_id") != definition.id:
+        raise ValueError(
+            f"gymnasium already has an env {definition.id!r} ({spec.entry_point}): give yours another id, "
+            f"e.g. 'My{definition.id}'"
+        )
+    if spec is not None and env_definition(definition.id) is definition:
         return
+    add_definition(definition)
+    gym.registry.pop(definition.id, None)  # a definition given again: its spec (time limit, threshold) too
     gym.register(
         id=definition.id,
         entry_point=make_single_env,

@@ -117,7 +117,7 @@ _KERNELS: dict = {}
 
 def kernel_for(env: BoundEnv, dtype: torch.dtype):
     """The compiled step of ``env`` for state of ``dtype`` (built once per process)."""
-    key = (env.definition.id, env.params, dtype)
+    key = (env.definition, env.params, dtype)  # the definition itself: one registered again under its id is another
     if key not in _KERNELS:
         name = env.kernel_name("step_all", dtype)
         begin_episode, advance_env = env.kernel_functions(dtype)

@@ -123,7 +123,7 @@ def kernel_for(env: BoundEnv, dtype: torch.dtype):
     numba's on-disk cache for later processes (one entry per GPU compute capability), as
     numba-cpu's is, where its sources can be read (an env defined in a notebook compiles in every
     process). On the H100 leases each process compiled it anew, 2.2 s of the build."""
-    key = (env.definition.id, env.params, dtype)
+    key = (env.definition, env.params, dtype)  # the definition itself: one registered again under its id is another
     if key not in _KERNELS:
         _KERNELS[key] = cuda.jit(cache=env.kernel_name("step_one_env", dtype) is not None)(kernel_source(env, dtype))
     return _KERNELS[key]

@@ -12,6 +12,7 @@ imported just above it.
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from rllib_gpuenv.core.env_def import EnvDef
@@ -22,6 +23,8 @@ from rllib_gpuenv.envs.mountain_car import MountainCarVectorEnv
 from rllib_gpuenv.envs.mountain_car_continuous import MountainCarContinuousVectorEnv
 from rllib_gpuenv.envs.pendulum import PendulumVectorEnv
 from rllib_gpuenv.envs.vector_env import GPUVectorEnv
+
+logger = logging.getLogger(__name__)
 
 SUITE: tuple[type[GPUVectorEnv], ...] = (
     CartPoleVectorEnv,
@@ -38,12 +41,16 @@ _DEFINITIONS: dict[str, EnvDef] = dict(SHIPPED_DEFS)  # the shipped envs and the
 
 
 def add_definition(definition: EnvDef) -> None:
-    """Make ``definition.id`` known to ``make_vector_env`` and the device env runner."""
+    """Make ``definition.id`` known to ``make_vector_env`` and the device env runner. A definition
+    of yours given again under its id (a notebook cell run again, a module reloaded) replaces the
+    one before, as gymnasium's ``register`` does; the suite's ids stay the suite's."""
     if not isinstance(definition, EnvDef):
         raise TypeError(f"expected an EnvDef, got {type(definition).__name__}")
     known = _DEFINITIONS.get(definition.id)
     if known is not None and known is not definition:
-        raise ValueError(f"another env definition already has the id {definition.id!r}: give yours another id")
+        if definition.id in SHIPPED_DEFS:
+            raise ValueError(f"{definition.id!r} is an env of this package: give yours another id")
+        logger.warning("env definition %r: replaced by the one given now", definition.id)
     _DEFINITIONS[definition.id] = definition
 
 

@@ -130,3 +130,41 @@ def test_an_env_defined_outside_any_module_compiles_without_a_disk_cache():
     obs, _ = env.reset(seed=0)
     obs, reward, *_ = env.step(torch.ones(16, dtype=torch.int64))
     assert obs.shape == (16, 2) and torch.isfinite(reward).all()
+
+
+def test_a_definition_given_again_replaces_the_one_before_and_other_ids_are_refused(caplog):
+    """Running the README's Reach1D cell again with other physics (a notebook, a reloaded module)
+    replaces it, kernels and gymnasium's time limit included, as gymnasium's ``register`` does; an id
+    that gymnasium has for an env of its own, or one of this package's, is refused before anything
+    is registered."""
+    import re
+
+    import torch
+
+    from rllib_gpuenv import make_vector_env
+    from rllib_gpuenv.envs.cartpole import CartPoleVectorEnv
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    source = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if 'id="Reach1D-v0"' in b)
+    source = source.replace("Reach1D-v0", "Reach1DAgain-v0")
+    velocities = []
+    for cell in (
+        source,
+        source.replace("dt: float = 0.1", "dt: float = 0.5").replace("max_episode_steps=100", "max_episode_steps=50"),
+    ):
+        exec(cell, {})  # noqa: S102 (the README's own code)
+        env = make_vector_env("Reach1DAgain-v0", 4, backend="numba-cpu", dtype="float64")
+        env.reset(seed=0)
+        env.step(torch.full((4,), 2))  # full force from rest: the velocity is dt * max_force
+        velocities.append(env.state[:, 1].tolist())
+    assert velocities == [[0.1] * 4, [0.5] * 4]
+    assert "env definition 'Reach1DAgain-v0': replaced by the one given now" in caplog.text
+    assert gym.registry["Reach1DAgain-v0"].max_episode_steps == 50
+
+    for taken, message in [
+        ("CartPole-v1", "gymnasium already has an env 'CartPole-v1'"),
+        ("GPUPendulum-v1", "is an env of this package"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            register_env(dataclasses.replace(CartPoleVectorEnv.definition, id=taken))
+    assert env_definition("CartPole-v1") is None and env_definition("GPUPendulum-v1").id == "GPUPendulum-v1"
