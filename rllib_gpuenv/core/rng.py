@@ -73,7 +73,9 @@ def bits_to_uniform(bits, low, high):
 
 
 def fold_seed(seed: int) -> int:
-    """Fold any Python int seed into the 32 bits the hash takes (distinct for seeds < 2**32)."""
+    """Fold any Python int seed into the 32 bits the hash takes: a seed below 2**32 is itself; each
+    further 32-bit word is mixed in after a hash of those before, offset so that zero words count
+    too (``k * 2**32`` is not ``k``)."""
     seed = int(seed)
     if seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed}")
@@ -83,4 +85,4 @@ def fold_seed(seed: int) -> int:
         seed >>= 32
         if not seed:
             return folded
-        folded = mix32(folded)
+        folded = mix32((folded + _GOLDEN) & MASK32)

@@ -95,6 +95,18 @@ def test_same_seed_same_trajectory_different_seed_different(backend):
     assert not torch.equal(run(3), run(4))
 
 
+def test_seeds_past_32_bits_are_seeds_of_their_own():
+    """A seed below 2**32 is the hash's seed itself (the trajectories recorded so far stay as they
+    were); every further word counts, zero words too: ``k * 2**32`` is not seed ``k``."""
+    from rllib_gpuenv.core.rng import fold_seed
+
+    assert [fold_seed(s) for s in (0, 1, 12345, 2**32 - 1)] == [0, 1, 12345, 2**32 - 1]
+    big = [1 << 32, 2 << 32, (1 << 64) + 1, 1 << 64, (1 << 32) + 1]
+    assert len({fold_seed(s) for s in big + [0, 1, 2]}) == len(big) + 3
+    env = CartPoleVectorEnv(4)
+    assert not torch.equal(env.reset(seed=1)[0], env.reset(seed=1 << 32)[0])
+
+
 def test_a_reset_mask_resets_only_those_envs(backend):
     """gymnasium's ``options["reset_mask"]`` (SyncVectorEnv's): the masked envs start a new episode
     (their step counts and returns anew), the others go on where they were, from the same states."""
