@@ -162,8 +162,10 @@ class GPUVectorEnv(VectorEnv):
             raise ValueError(
                 f"{d.id} has no gymnasium env to draw it (its definition's gymnasium_env is None): leave render_mode unset"
             )
-        fps = gymnasium_class.metadata.get("render_fps", 30) if gymnasium_class is not None else 30
-        self.metadata = {**type(self).metadata, "render_fps": fps}
+        if gymnasium_class is None:  # nothing to draw it with: no render modes (gymnasium's way to say so)
+            self.metadata = {**type(self).metadata, "render_modes": []}
+        else:
+            self.metadata = {**type(self).metadata, "render_fps": gymnasium_class.metadata.get("render_fps", 30)}
 
         self.single_observation_space, self.single_action_space = d.spaces(self.params)
         self._action_shape = self.single_action_space.shape

@@ -148,6 +148,14 @@ def test_state_array_is_read_and_set_with_envs_first():
     assert make_vector_env("GPUCartPole-v1", 2).state_array is None
 
 
+def test_an_env_without_a_gymnasium_env_offers_no_render_mode():
+    """Nothing draws GPUBreakout-MinAtar (no gymnasium env of it): its metadata lists no render
+    mode, and asking for one says so."""
+    assert make_vector_env("GPUBreakout-MinAtar", 2).metadata["render_modes"] == []
+    with pytest.raises(ValueError, match="GPUBreakout-MinAtar has no gymnasium env to draw it"):
+        make_vector_env("GPUBreakout-MinAtar", 2, render_mode="rgb_array")
+
+
 def test_get_and_put_state_with_an_array_resume_exactly():
     env = make_vector_env("GPUBreakout-MinAtar", 8, backend="numba-cpu")
     env.reset(seed=0)
