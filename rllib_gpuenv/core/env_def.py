@@ -47,6 +47,7 @@ compiles, and is cached, once), so that a default env costs what hand-written co
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -130,8 +131,10 @@ class EnvDef:
         fields = self.params._fields
         unknown = sorted(set(overrides) - set(fields))
         if unknown:
+            close = [match for name in unknown for match in difflib.get_close_matches(name, fields, n=2)]
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
             raise TypeError(
-                f"{self.id} has no parameter(s) {unknown}; its parameters are {', '.join(fields)} "
+                f"{self.id} has no parameter(s) {unknown}{hint}; its parameters are {', '.join(fields)} "
                 f"(gymnasium's attribute names, defaults {self.params()})"
             )
         defaults = self.params()

@@ -46,6 +46,8 @@ steps where some episode ended, as in gymnasium.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 from typing import Any, ClassVar, Literal
 
@@ -80,6 +82,16 @@ def _resolve_dtype(dtype: Any) -> torch.dtype:
     if name in _DTYPES:
         return _DTYPES[name]
     raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+
+
+def _no_misspelt_option(definition: EnvDef, params: dict, init) -> None:
+    """A keyword that is no parameter of the env but close to one of the constructor's options
+    (``backnd``) is named as that option's misspelling, not as an unknown physics parameter."""
+    options = [name for name in inspect.signature(init).parameters if name not in ("self", "num_envs", "params")]
+    for name in set(params) - set(definition.params._fields):
+        close = difflib.get_close_matches(name, options, n=1)
+        if close:
+            raise TypeError(f"{definition.id}: no option or parameter {name!r}: did you mean {close[0]}?")
 
 
 def _positive_int(value: Any, name: str) -> int:
@@ -149,6 +161,7 @@ class GPUVectorEnv(VectorEnv):
         )
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be None, 'rgb_array' or 'rgb_array_list', got {render_mode!r}")
+        _no_misspelt_option(d, params, type(self).__init__)
         self.params = d.make_params(**params)
         self.device = backend_device(backend, device)
         self.dtype = _resolve_dtype(dtype)

@@ -106,7 +106,12 @@ def test_actions_on_the_wrong_device(env):
         ({"output": "jax"}, ValueError, "'torch' or 'numpy'"),
         ({"substeps": 0}, TypeError, "substeps must be a positive integer"),
         ({"gravity": "high"}, TypeError, "gravity must be a finite number"),
-        ({"mass": 1.0}, TypeError, r"no parameter\(s\) \['mass'\].*masspole"),
+        (
+            {"mass": 1.0},
+            TypeError,
+            r"no parameter\(s\) \['mass'\] \(did you mean masspole or masscart\?\); its parameters are",
+        ),
+        ({"backnd": "torch"}, TypeError, r"GPUCartPole-v1: no option or parameter 'backnd': did you mean backend\?"),
         ({"render_mode": "human"}, ValueError, r"render_mode must be None, 'rgb_array' or 'rgb_array_list', got 'human'"),
         ({"backend": "torch", "threads_per_block": 64}, ValueError, "threads_per_block is a numba-cuda setting"),
         ({"backend": "numba-cpu", "num_threads": 0}, ValueError, "num_threads must be an integer in 1.."),
