@@ -224,7 +224,9 @@ class GPUVectorEnv(VectorEnv):
         self._check_open()
         if seed is not None:
             if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-                raise TypeError(f"seed must be a non-negative integer or None, got {seed!r}")
+                each = isinstance(seed, (list, tuple))
+                why = " (one seed for the whole vector: each env draws its episodes from it and its index)" if each else ""
+                raise TypeError(f"seed must be a non-negative integer or None, got {seed!r}{why}")
             seed = int(seed)  # gymnasium's seeding takes Python ints only
         options = dict(options or {})
         mask = self._reset_mask(options.pop("reset_mask", None))

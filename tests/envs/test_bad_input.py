@@ -138,6 +138,8 @@ def test_step_before_reset_and_bad_seeds():
     for seed in ([1, 2], -1, True, 1.5):
         with pytest.raises(TypeError, match="seed must be a non-negative integer or None"):
             env.reset(seed=seed)
+    with pytest.raises(TypeError, match=r"got \[1, 2\] \(one seed for the whole vector: each env draws its episodes"):
+        env.reset(seed=[1, 2])  # gymnasium's Sync/AsyncVectorEnv take a seed per env
     first, _ = env.reset(seed=np.int64(5))  # numpy integers are integers
     assert torch.equal(first, env.reset(seed=5)[0])
 
