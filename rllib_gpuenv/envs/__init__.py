@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from rllib_gpuenv.core.env_def import EnvDef
+from rllib_gpuenv.envs.definition_check import check_definition
 from rllib_gpuenv.envs.acrobot import AcrobotVectorEnv
 from rllib_gpuenv.envs.cartpole import CartPoleVectorEnv
 from rllib_gpuenv.envs.minatar_breakout import BreakoutMinAtarVectorEnv
@@ -46,6 +47,8 @@ def add_definition(definition: EnvDef) -> None:
     one before, as gymnasium's ``register`` does; the suite's ids stay the suite's."""
     if not isinstance(definition, EnvDef):
         raise TypeError(f"expected an EnvDef, got {type(definition).__name__}")
+    if definition not in _CLASSES:
+        check_definition(definition)
     known = _DEFINITIONS.get(definition.id)
     if known is not None and known is not definition:
         if definition.id in SHIPPED_DEFS:
@@ -65,6 +68,7 @@ def vector_env_class(definition: EnvDef) -> type[GPUVectorEnv]:
     """The ``GPUVectorEnv`` subclass for a definition (the suite's named ones, or a new one)."""
     if definition in _CLASSES:
         return _CLASSES[definition]
+    check_definition(definition)
     name = "".join(c for c in definition.id.split("-")[0].split("/")[-1] if c.isalnum()) + "VectorEnv"
     return type(name, (GPUVectorEnv,), {"definition": definition, "__doc__": f"``{definition.id}``: a user-defined env."})
 

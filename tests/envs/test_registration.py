@@ -168,3 +168,52 @@ def test_a_definition_given_again_replaces_the_one_before_and_other_ids_are_refu
         with pytest.raises(ValueError, match=message):
             register_env(dataclasses.replace(CartPoleVectorEnv.definition, id=taken))
     assert env_definition("CartPole-v1") is None and env_definition("GPUPendulum-v1").id == "GPUPendulum-v1"
+
+
+def _reach1d_source() -> str:
+    import re
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    return next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if 'id="Reach1D-v0"' in b)
+
+
+@pytest.mark.parametrize(
+    "mistake, old, new, message",
+    [
+        (
+            "if",
+            "    distance = abs(target - position)\n",
+            "    distance = abs(target - position)\n    if distance > 1.0:\n        distance = distance * 1.0\n",
+            r"Boolean value of Tensor .* ambiguous: a Python if, .* use ops.select\(condition, a, b\)",
+        ),
+        (
+            "two",
+            "return (position, velocity, target), ops.select(arrived, p.bonus, -distance), arrived",
+            "return (position, velocity, target), arrived",
+            r"not enough values to unpack .*: step\(state, action, p\) returns \(state, reward, terminated\)",
+        ),
+        (
+            "math",
+            "distance = abs(target - position)",
+            "distance = math.fabs(target - position)",
+            r"only one element tensors .*: math.\* \(or float\(\), int\(\)\) on the state: use ops' functions",
+        ),
+        ("jitable", "@jitable\ndef step", "def step", r"step must be marked @jitable"),
+        ("params", "params=Reach1DParams,", "params=dict,", r"params must be a NamedTuple class"),
+        (
+            "names",
+            'state_names=("position", "velocity", "target"),',
+            'state_names=("position", "velocity"),',
+            r"reset_bounds gives 3 lows and 3 highs, one per number of the state: state_names has 2 \(position, velocity\)",
+        ),
+    ],
+)
+def test_mistakes_in_writing_an_env_are_named_where_it_is_registered(mistake, old, new, message):
+    """The README's Reach1D with one of the usual mistakes: register_env tries it on tensors of 2
+    envs and names the mistake with the rule that fixes it (torch's words alone said neither)."""
+    source = _reach1d_source()
+    assert old in source
+    broken = "import math\n" + source.replace(old, new).replace("Reach1D-v0", f"Reach1DMistake{mistake}-v0")
+    with pytest.raises((TypeError, ValueError), match=message):
+        exec(broken, {})  # noqa: S102 (the README's own code, changed)
+    assert env_definition(f"Reach1DMistake{mistake}-v0") is None  # nothing registered
