@@ -16,9 +16,9 @@ import logging
 from typing import Any
 
 from rllib_gpuenv.core.env_def import EnvDef
-from rllib_gpuenv.envs.definition_check import check_definition
 from rllib_gpuenv.envs.acrobot import AcrobotVectorEnv
 from rllib_gpuenv.envs.cartpole import CartPoleVectorEnv
+from rllib_gpuenv.envs.definition_check import check_definition
 from rllib_gpuenv.envs.minatar_breakout import BreakoutMinAtarVectorEnv
 from rllib_gpuenv.envs.mountain_car import MountainCarVectorEnv
 from rllib_gpuenv.envs.mountain_car_continuous import MountainCarContinuousVectorEnv
