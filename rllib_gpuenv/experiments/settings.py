@@ -69,12 +69,13 @@ def algorithm_config(run: Any, where: str = "<command line>"):
     if run in device_algorithms:
         return device_algorithms[run]()
     if run not in ALGORITHMS:
-        names = [*device_algorithms, *sorted(ALGORITHMS)]
+        names = list(dict.fromkeys([*device_algorithms, *sorted(ALGORITHMS)]))  # RLlib's registry may hold ours too
         removed = removed_algorithm_hint(str(run))
         if removed:
             available = "" if REMOVED_ALGORITHMS[run] else f"; available: {', '.join(names)}"
             raise key_error(where, "run", f"unknown algorithm {run!r}: {removed}{available}")
-        close = difflib.get_close_matches(str(run), names, n=3)
+        same_letters = [name for name in names if name.lower() == str(run).lower()]
+        close = same_letters or difflib.get_close_matches(str(run), names, n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise key_error(where, "run", f"unknown algorithm {run!r}; {hint}available: {', '.join(names)}")
     return ALGORITHMS[run]()[1]

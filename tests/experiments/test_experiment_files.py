@@ -237,6 +237,12 @@ STOP = "stop: {training_iteration: 1}"
             f"x: {{run: NoSuchAlgo, env: CartPole-v1, {STOP}}}",
             r"exp.yaml: experiment 'x': run: unknown algorithm 'NoSuchAlgo'; available: DevicePPO.*PPO",
         ),
+        (  # each algorithm named once, whatever RLlib's registry holds
+            f"x: {{run: DevicePP0, env: CartPole-v1, {STOP}}}",
+            r"run: unknown algorithm 'DevicePP0'; did you mean DevicePPO, [^?]*\? available: DevicePPO, DeviceDQN, DeviceSAC, "
+            r"(?!.*DevicePPO)",
+        ),
+        (f"x: {{run: ppo, env: CartPole-v1, {STOP}}}", r"run: unknown algorithm 'ppo'; did you mean PPO\? available:"),
         (
             f"x: {{run: PPO, env: CartPoel-v1, {STOP}}}",
             r"exp.yaml: experiment 'x': env: unknown env 'CartPoel-v1'; did you mean CartPole-v1",
