@@ -169,6 +169,14 @@ class DeviceReplayConfig:
             raise ValueError(f"replay_buffer_config['capacity'] must be a positive integer, got {capacity!r}")
         if isinstance(self.n_step, (tuple, list)) or self.n_step < 1:
             raise ValueError(f"n_step must be a positive integer for {name}, got {self.n_step!r}")
+        intensity = self.training_intensity
+        if intensity is not None and (
+            isinstance(intensity, bool) or not isinstance(intensity, (int, float)) or not intensity > 0
+        ):
+            raise ValueError(
+                f"training_intensity is env steps trained per env step sampled: a number > 0 (or None: one "
+                f"minibatch a round), got {intensity!r}"
+            )
         minibatch = self.train_batch_size_per_learner  # RLlib's "auto" has no meaning here
         if isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch < 1:
             raise ValueError(
