@@ -112,6 +112,14 @@ def prepare_settings(config: Any, settings: dict, where: str) -> dict:
                 raise key_error(where, key, "a section of the device algorithms: needs run: DevicePPO, DeviceDQN or DeviceSAC")
             if not isinstance(settings[key], dict):
                 raise key_error(where, key, f"expected a mapping of {key}() arguments, got {settings[key]!r}")
+            arguments = [name for name in inspect.signature(getattr(config, key)).parameters]
+            for name in settings[key]:
+                if name not in arguments:
+                    close = difflib.get_close_matches(name, arguments, n=1)
+                    hint = f"did you mean {close[0]}? " if close else ""
+                    raise key_error(
+                        where, f"{key}.{name}", f"not an argument of {key}(); {hint}they are: {', '.join(arguments)}"
+                    )
             continue
         attribute = config._translate_special_keys(key, warn_deprecated=False)
         if key not in setters and not hasattr(config, attribute) and key != "env_config":

@@ -270,7 +270,12 @@ STOP = "stop: {training_iteration: 1}"
         ),
         (
             f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{devices: {{learnr: cpu}}}}}}",
-            r"experiment 'x': devices: .*learnr",
+            r"experiment 'x': devices.learnr: not an argument of devices\(\); did you mean learner\? they are: learner, ",
+        ),
+        (
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{device_rollouts: {{rollout_lenght: 8}}}}}}",
+            r"experiment 'x': device_rollouts.rollout_lenght: not an argument of device_rollouts\(\); did you mean "
+            r"rollout_length\?",
         ),
         (
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{model: {{fcnet_hidens: [8]}}}}}}",
