@@ -377,6 +377,14 @@ def train_command(args) -> int:
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
     if args.local_mode:
         logger.warning("--local-mode: dropped: Ray no longer has a local mode; the trials run in Ray's processes")
+    if address == "local":  # what the Ray about to start will have: every trial must fit, checked before it starts
+        from rllib_gpuenv.rllib.resources import cluster_resources
+
+        here = cluster_resources()
+        here.update({k: float(v) for k, v in (("CPU", args.ray_num_cpus), ("GPU", args.ray_num_gpus)) if v is not None})
+        for experiment in experiments:
+            if experiment.resource_search is None:
+                check_fits_cluster(experiment, here)
     ray.init(
         address=address,
         num_cpus=args.ray_num_cpus,

@@ -78,6 +78,13 @@ def test_train_refuses_bad_input_before_ray_starts(tmp_path):
     ], out.stderr[-2000:]
     out = rllib("train", "--algo", "PPO")
     assert out.returncode == 2 and "both --algo and --env" in out.stderr
+    # more env runners than the Ray about to start has CPUs: said before it starts, not after
+    out = rllib("train", "--algo", "PPO", "--env", "CartPole-v1", "--ray-num-cpus", "2", "--stop", '{"training_iteration": 1}')
+    assert (
+        out.returncode == 2
+        and "PPO cannot run on this Ray cluster: it asks Ray for 3 CPU(s) but the cluster has 2" in out.stderr
+    )
+    assert "Started a local Ray instance" not in out.stderr, out.stderr[-2000:]
     out = rllib("train", "-f", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
 
