@@ -11,6 +11,7 @@ import sys
 from rllib_gpuenv.bench import BENCHMARKS
 from rllib_gpuenv.cli import collector, evaluate, train
 from rllib_gpuenv.cli.errors import run_command
+from rllib_gpuenv.cli.parsing import parse_args
 from rllib_gpuenv.cli.quiet import quiet_start
 
 
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     if args.command != "train":  # the main job resumes the collector once its algorithm is built
         collector.resume()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")

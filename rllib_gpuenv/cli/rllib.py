@@ -28,6 +28,7 @@ import yaml
 import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import TuneInterrupted, run_command
+from rllib_gpuenv.cli.parsing import parse_args
 from rllib_gpuenv.cli.quiet import SETUP_HOOK, quiet_start
 from rllib_gpuenv.experiments.errors import ExperimentError
 from rllib_gpuenv.experiments.legacy import DROPPED, REPLACED
@@ -441,7 +442,7 @@ def train_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     collector.resume()  # its trials build in Tune's actors
     quiet_start()
     return run_command("rllib", args.func, args)

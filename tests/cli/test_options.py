@@ -63,6 +63,32 @@ def test_an_option_out_of_range_is_one_line_before_anything_runs(parser, args, m
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "parser, args, message",
+    [
+        (
+            rllib_parser,
+            ["train", "--algo", "PPO", "--env", "X", "--stopp", "{}"],
+            "rllib train: error: unrecognized arguments: --stopp (did you mean --stop?) {}",
+        ),
+        (
+            rllib_gpuenv_parser,
+            ["bench", "scaling", "--nmu-envs", "4"],
+            "rllib-gpuenv bench scaling: error: unrecognized arguments: --envs-num (did you mean --num-envs?) 4",
+        ),
+        (rllib_parser, ["train", "file", "x.yaml", "--zzz"], "rllib train: error: unrecognized arguments: --zzz"),
+    ],
+)
+def test_a_misspelt_option_is_named_with_the_closest_one_of_its_command(parser, args, message, capsys):
+    from rllib_gpuenv.cli.parsing import parse_args
+
+    with pytest.raises(SystemExit) as ended:
+        parse_args(parser(), args)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("usage: " + message.split(":")[0]), err
+
+
 def test_option_values_in_range_parse_as_before():
     args = rllib_gpuenv_parser().parse_args(["train", "--seed", "0", "--max-iterations", "1", "--num-learners", "0"])
     assert (args.seed, args.max_iterations, args.num_learners) == (0, 1, 0)
