@@ -20,7 +20,7 @@ from rllib_gpuenv.experiments.checks import (
     validate_config,
 )
 from rllib_gpuenv.experiments.envs import check_env_runner, rllib_env_id, vectorize_our_env
-from rllib_gpuenv.experiments.errors import key_error
+from rllib_gpuenv.experiments.errors import ExperimentError, key_error
 from rllib_gpuenv.experiments.legacy import (
     REMOVED_ALGORITHMS,
     removed_algorithm_hint,
@@ -159,12 +159,21 @@ def contains_search_space(value: Any) -> bool:
     return isinstance(value, dict) and any(contains_search_space(v) for v in value.values())
 
 
-def variants(settings: dict) -> list[dict]:
+def named_variants(settings: dict) -> list[tuple[str, dict]]:
     """The settings of each variant Tune would run of a grid search or sampled space (at most
-    MAX_VALIDATED_VARIANTS): each trial's config must be valid, not the unresolved one."""
+    MAX_VALIDATED_VARIANTS), each with the values that make it that variant
+    (``"num_envs_per_env_runner=4"``): each trial's config must be valid, not the unresolved one."""
     from ray.tune.search.variant_generator import generate_variants
 
-    return [spec["config"] for _, spec in itertools.islice(generate_variants({"config": settings}), MAX_VALIDATED_VARIANTS)]
+    found = itertools.islice(generate_variants({"config": settings}), MAX_VALIDATED_VARIANTS)
+    return [
+        (", ".join(f"{'.'.join(map(str, path[1:]))}={value!r}" for path, value in resolved.items()), spec["config"])
+        for resolved, spec in found
+    ]
+
+
+def variants(settings: dict) -> list[dict]:
+    return [variant for _, variant in named_variants(settings)]
 
 
 def config_variants(config) -> list:
@@ -189,11 +198,14 @@ def build_config(run: Any, env: Any, settings: dict, where: str, from_command_li
     if not contains_search_space(settings):
         validate_config(config, flatten_settings(settings, METHOD_SECTIONS), where, from_command_line)
         return config
-    for variant in variants(settings):
+    for name, variant in named_variants(settings):
         candidate = algorithm_config(run, where).environment(env)
-        set_settings(candidate, variant, where, from_command_line)
-        vectorize_our_env(candidate, variant)
-        validate_config(candidate, flatten_settings(variant, METHOD_SECTIONS), where, from_command_line)
+        try:
+            set_settings(candidate, variant, where, from_command_line)
+            vectorize_our_env(candidate, variant)
+            validate_config(candidate, flatten_settings(variant, METHOD_SECTIONS), where, from_command_line)
+        except ExperimentError as err:
+            raise ExperimentError(f"{err} (in the search's variant {name})") from None
     return config
 
 

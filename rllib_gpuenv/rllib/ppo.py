@@ -90,8 +90,9 @@ class DevicePPOConfig(DeviceRolloutsConfig, PPOConfig):
                 f"{shape} = {expected} env steps: leave it unset, or change those"
             )
         if self.minibatch_size is None or expected % self.minibatch_size:
+            problem = "is larger than" if (self.minibatch_size or 0) > expected else "does not divide"
             raise ValueError(
-                f"minibatch_size={self.minibatch_size} does not divide the per-learner batch of {expected} env steps: "
+                f"minibatch_size={self.minibatch_size} {problem} the per-learner batch of {expected} env steps: "
                 f"use a divisor such as {divisor_near(expected, self.minibatch_size or 512)}"
             )
 

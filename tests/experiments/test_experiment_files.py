@@ -291,6 +291,12 @@ STOP = "stop: {training_iteration: 1}"
             r"experiment 'x': minibatch_size: minibatch_size=100 does not divide the per-learner batch of 2048 env steps: "
             r"use a divisor such as 128",
         ),
+        (  # each variant of a search is validated, and the one that fails named
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{num_envs_per_env_runner: {{grid_search: [32, 4]}}, "
+            f"device_rollouts: {{rollout_length: 64}}, minibatch_size: 512}}}}",
+            r"minibatch_size=512 is larger than the per-learner batch of 256 env steps: use a divisor such as 256 \(in the "
+            r"search's variant num_envs_per_env_runner=4\)$",
+        ),
         (
             f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, config: {{devices: {{env_runners: 'cuda:7'}}}}}}",
             r"experiment 'x': devices.env_runners: device 'cuda:7' asked for, but .*GPU",
