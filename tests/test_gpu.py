@@ -106,6 +106,16 @@ def test_a_step_stays_on_the_gpu_without_a_host_sync(backend, env_id):
     assert all(t.device.type == "cuda" for t in (obs, reward, term, trunc, info["episode"]["r"]))
 
 
+def test_the_device_checker_takes_cuda_as_the_gpu_its_tensors_are_on():
+    """``"cuda"`` is ``cuda:<current>``, as torch reports a tensor's device: a correct env passes."""
+    from rllib_gpuenv.wrappers import CheckDevice
+
+    for spelling in ("cuda", "auto", f"cuda:{torch.cuda.current_device()}"):
+        env = CheckDevice(make_vector_env("GPUCartPole-v1", 8, backend="torch", device="cuda"), spelling)
+        env.reset(seed=0)
+        env.step(torch.zeros(8, dtype=torch.long, device="cuda"))
+
+
 @pytest.mark.parametrize("env_id", ["GPUCartPole-v1", "GPUPendulum-v1"])  # Discrete and Box actions
 def test_numba_cuda_compiles_when_the_env_is_made_and_its_steps_compile_nothing(env_id):
     """The env's build holds the kernel's compile and load (backends/numba_cuda.py ``load``), for
