@@ -9,6 +9,7 @@ worse, run as something else (RLlib takes a negative seed as no seed at all).
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeding take 32-bit seeds (and RLlib seeds both)
@@ -32,6 +33,29 @@ def count(minimum: int = 1) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {minimum}"  # what argparse names in its own messages
     return parse
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def number(text: str) -> float:
+    """A finite number (a target return: no NaN, which nothing would ever reach)."""
+    return _number(text)
+
+
+def seconds(text: str) -> float:
+    """A time in seconds, more than 0."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
 
 
 def seed(text: str) -> int:

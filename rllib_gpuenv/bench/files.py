@@ -241,7 +241,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--seeds", type=options.sizes(0), default="0,1,2", help="seeds (default: %(default)s)")
     parser.add_argument("--device", type=options.device, help="every role's device (default: the file's, auto)")
-    parser.add_argument("--budget", type=float, default=120.0, help="seconds of training per run before giving up")
+    parser.add_argument("--budget", type=options.seconds, default=120.0, help="seconds of training per run before giving up")
 
 
 def run_from_args(args) -> None:

@@ -290,8 +290,10 @@ def add_arguments(parser) -> None:
         help="seeds of the time-to-target runs ('' for none: throughput only; default: %(default)s)",
     )
     parser.add_argument("--iterations", type=options.count(), default=5, help="timed iterations per setup for the throughput")
-    parser.add_argument("--target", type=float, default=475.0, help="last-100 mean return to reach (default: %(default)s)")
-    parser.add_argument("--budget", type=float, default=120.0, help="seconds of training per run before giving up")
+    parser.add_argument(
+        "--target", type=options.number, default=475.0, help="last-100 mean return to reach (default: %(default)s)"
+    )
+    parser.add_argument("--budget", type=options.seconds, default=120.0, help="seconds of training per run before giving up")
     parser.add_argument(
         "--config-file", metavar="PATH", help="the experiment file (default: the main job's, gpu_cartpole_ppo.yaml)"
     )

@@ -356,7 +356,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--rounds", type=options.count(), default=3, help="interleaved timing rounds per size; each point is the median"
     )
-    parser.add_argument("--min-seconds", type=float, default=1.0, help="time each point at least this long (over all rounds)")
+    parser.add_argument(
+        "--min-seconds", type=options.seconds, default=1.0, help="time each point at least this long (over all rounds)"
+    )
 
 
 def run_from_args(args) -> None:

@@ -232,7 +232,12 @@ def run(
     (a shared machine on purpose).
     """
     with_gpu = torch.cuda.is_available()
-    chosen = [c for c in contenders(env_id, with_gpu, reference) if not only or any(o in c.name for o in only)]
+    every = contenders(env_id, with_gpu, reference)
+    chosen = [c for c in every if not only or any(o in c.name for o in only)]
+    if not chosen:
+        raise ValueError(
+            f"--only {' '.join(only)}: no contender's name contains it; they are: {', '.join(c.name for c in every)}"
+        )
     rows = []
     for n in num_envs:
         here = [c for c in chosen if n <= c.max_envs and not (c.device == "cpu" and n > (1 << 20))]
@@ -376,7 +381,9 @@ def add_arguments(parser) -> None:
         type=options.sizes(),
         help="sizes: '1,256,65536' or '1..65536' (powers of 4); default 1..65536 on CPU, ..4194304 on GPU",
     )
-    parser.add_argument("--min-seconds", type=float, default=0.5, help="time each point at least this long (over all rounds)")
+    parser.add_argument(
+        "--min-seconds", type=options.seconds, default=0.5, help="time each point at least this long (over all rounds)"
+    )
     parser.add_argument(
         "--rounds", type=options.count(), default=5, help="interleaved timing rounds per size; each point is the median"
     )

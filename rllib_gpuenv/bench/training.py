@@ -363,8 +363,22 @@ def _experiment_file(task: Task, contender: str, device_config: str | None) -> s
     if device_config and runs_the_devices_file:
         if not os.path.isfile(device_config):
             raise FileNotFoundError(f"--device-config {device_config}: no such file")
+        _check_same_env(task, device_config, str(config_file(task.config_files[contender])))
         return device_config
     return str(config_file(task.config_files[contender]))
+
+
+def _check_same_env(task: Task, path: str, shipped: str) -> None:
+    """A file given for a race trains on the race's env (a Pendulum file in the CartPole race
+    would be timed against CartPole's target)."""
+    from rllib_gpuenv.experiments import load_experiments
+
+    (mine,), (theirs,) = load_experiments(path), load_experiments(shipped)
+    if mine.config.env != theirs.config.env:
+        raise ValueError(
+            f"--device-config {path}: its experiment trains on {mine.config.env}, but task {task.name} races on "
+            f"{theirs.config.env} (--task names the race; --device-config a file of its env)"
+        )
 
 
 def _check_evaluates(task: Task, path: str) -> None:
@@ -948,11 +962,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seeds", type=options.sizes(0), default="0,1,2", help="seeds (default: %(default)s)")
     parser.add_argument(
         "--target",
-        type=float,
+        type=options.number,
         help="mean return to reach, of the last 100 episodes or (acrobot-ppo, mountaincar-dqn) of evaluation episodes "
         "(default: the task's; " + ", ".join(f"{name}: {task.target:g}" for name, task in TASKS.items()) + ")",
     )
-    parser.add_argument("--budget", type=float, default=90.0, help="seconds of training per run before giving up")
+    parser.add_argument("--budget", type=options.seconds, default=90.0, help="seconds of training per run before giving up")
     parser.add_argument(
         "--device-config",
         metavar="PATH",

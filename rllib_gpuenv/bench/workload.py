@@ -83,7 +83,7 @@ def plot_workload(rows: list[dict], out_dir: str) -> str:
 def add_arguments(parser) -> None:
     parser.add_argument("--num-envs", type=options.sizes(), help="sizes (default 256,65536 on CPU; 4096,1048576 on GPU)")
     parser.add_argument("--substeps", type=options.sizes(), default="1,4,16,64", help="substeps values")
-    parser.add_argument("--min-seconds", type=float, default=0.3, help="time each point at least this long")
+    parser.add_argument("--min-seconds", type=options.seconds, default=0.3, help="time each point at least this long")
 
 
 def run_from_args(args) -> None:

@@ -370,7 +370,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=options.seed, help="override the seed (0 to 2**32 - 1)")
     parser.add_argument(
         "--target",
-        type=float,
+        type=options.number,
         help="stop at this mean episode return: the file's criterion's (the training window's, or its evaluation's), "
         "else the training window's (default: the file's, or 475)",
     )

@@ -24,21 +24,21 @@ def bench(tmp_path, *args, env=None, timeout=600) -> subprocess.CompletedProcess
     return out
 
 
-def tiny_dqn_file(tmp_path) -> pathlib.Path:
+def tiny_dqn_file(tmp_path, env: str = "GPUCartPole-v1") -> pathlib.Path:
     """DeviceDQN settings small enough for a smoke test (12 envs x 4 steps per round)."""
     path = tmp_path / "dqn.yaml"
     path.write_text(
-        textwrap.dedent("""
+        textwrap.dedent(f"""
         tiny-dqn:
           run: DeviceDQN
-          env: GPUCartPole-v1
-          stop: {training_iteration: 5}
+          env: {env}
+          stop: {{training_iteration: 5}}
           config:
             num_envs_per_env_runner: 12
-            device_rollouts: {rollout_length: 4}
+            device_rollouts: {{rollout_length: 4}}
             train_batch_size_per_learner: 64
             num_steps_sampled_before_learning_starts: 128
-            replay_buffer_config: {capacity: 5000}
+            replay_buffer_config: {{capacity: 5000}}
     """)
     )
     return path

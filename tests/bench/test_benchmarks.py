@@ -12,6 +12,16 @@ from tests.bench.runs import bench, outputs, tiny_dqn_file
 from tests.helpers import ROOT, run_module
 
 
+def test_scaling_with_only_a_name_no_contender_has_names_them_all(tmp_path):
+    from rllib_gpuenv.bench.scaling import run
+
+    with pytest.raises(
+        ValueError, match=r"--only nosuch: no contender's name contains it; they are: gymnasium SyncVectorEnv, "
+    ):
+        run(num_envs=[1], only=["nosuch"], out_dir=str(tmp_path))
+    assert not list(tmp_path.iterdir())
+
+
 def test_scaling(tmp_path):
     out = bench(tmp_path, "scaling", "--num-envs", "1,4,16", "--min-seconds", "0.01", "--rounds", "3")
     assert "turning points" in out.stdout and "gymnasium AsyncVectorEnv" in out.stdout and "ours: numba-cpu" in out.stdout

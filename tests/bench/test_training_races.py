@@ -160,7 +160,7 @@ def test_a_race_judged_on_evaluation_refuses_a_file_that_never_evaluates(tmp_pat
         "--contenders",
         "device",
         "--device-config",
-        str(tiny_dqn_file(tmp_path)),
+        str(tiny_dqn_file(tmp_path, env="GPUMountainCar-v0")),
         "--out",
         str(tmp_path / "out"),
     )
@@ -182,6 +182,17 @@ def test_a_device_file_that_evaluates_otherwise_than_the_others_is_said_to(tmp_p
     assert (
         "evaluates with explore=False, while the other contenders of acrobot-ppo evaluate sampling" in capsys.readouterr().err
     )
+
+
+def test_a_device_file_of_another_env_is_refused_before_any_run():
+    """A Pendulum file in the CartPole race would be timed against CartPole's target."""
+    from rllib_gpuenv.bench.training import TASKS, _experiment_file
+    from rllib_gpuenv.experiments.shipped import config_file
+
+    pendulum = str(config_file("gpu_pendulum_ppo.yaml"))
+    with pytest.raises(ValueError, match=r"trains on rllib_gpuenv:GPUPendulum-v1, but task cartpole-ppo races on "):
+        _experiment_file(TASKS["cartpole-ppo"], "device", pendulum)
+    assert _experiment_file(TASKS["pendulum-ppo"], "device", pendulum) == pendulum
 
 
 def test_training_refuses_a_contender_the_task_lacks(tmp_path):
@@ -287,12 +298,13 @@ def test_curves_of_runs_too_short_to_end_an_episode_still_plot(tmp_path):
     assert os.path.getsize(path) > 0
 
 
-def test_every_contenders_settings_change_its_file_into_a_config_that_validates():
+def test_every_contenders_settings_change_its_file_into_a_config_that_validates(tmp_path):
     """A contender that runs another's file with settings changed (``Task.overrides``): the settings
     apply and validate, e.g. DeviceDQN's uniform and DeviceSAC's prioritized replay with their shipped
     files' other settings."""
     from rllib_gpuenv.bench.training import TASKS, _experiment_file
     from rllib_gpuenv.experiments import apply_config, load_experiments
+    from rllib_gpuenv.experiments.shipped import config_file
 
     checked = []
     for task in TASKS.values():
@@ -306,8 +318,10 @@ def test_every_contenders_settings_change_its_file_into_a_config_that_validates(
     (experiment,) = load_experiments(_experiment_file(sac, "device-prioritized", None))
     apply_config(experiment.config, sac.overrides["device-prioritized"], "overrides")
     # --device-config replaces the device's file for the contenders that change its settings, not for the others
-    assert _experiment_file(sac, "device-prioritized", __file__) == __file__
-    assert _experiment_file(TASKS["breakout-ppo"], "random", __file__) != __file__
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(config_file(sac.config_files["device"]).read_text())
+    assert _experiment_file(sac, "device-prioritized", str(mine)) == str(mine)
+    assert _experiment_file(TASKS["breakout-ppo"], "random", str(mine)) != str(mine)
     assert experiment.config.replay_buffer_config == {
         "type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "capacity": 100_000
     }  # fmt: skip

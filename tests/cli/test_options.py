@@ -27,6 +27,18 @@ from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_f
         (rllib_gpuenv_parser, ["bench", "scaling", "--num-envs", "0"], "argument --num-envs: must be at least 1, got 0"),
         (rllib_gpuenv_parser, ["bench", "scaling", "--num-envs", "64..4"], "argument --num-envs: '64..4' is an empty range"),
         (rllib_gpuenv_parser, ["bench", "scaling", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+        (
+            rllib_gpuenv_parser,
+            ["bench", "scaling", "--min-seconds", "0"],
+            "argument --min-seconds: must be more than 0 seconds",
+        ),
+        (
+            rllib_gpuenv_parser,
+            ["bench", "training", "--budget", "-5"],
+            "argument --budget: must be more than 0 seconds, got -5",
+        ),
+        (rllib_gpuenv_parser, ["bench", "files", "--budget", "x"], "argument --budget: 'x' is not a number"),
+        (rllib_gpuenv_parser, ["train", "--target", "nan"], "argument --target: must be a finite number, got nan"),
         # every id is checked before the first env's benchmark runs
         (
             rllib_gpuenv_parser,
