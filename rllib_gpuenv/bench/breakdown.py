@@ -534,9 +534,11 @@ def run(
         print("  stock runner ...", file=sys.stderr, flush=True)
         _start_ray()
         rows.append({**stock_runner(num_envs, rollout_length, iterations, env, learning=config), "ray": True})
+    per_rollout = num_envs * rollout_length
+    rounds = rows[0]["env_steps_per_iteration"] // per_rollout
     print(
-        f"one {algo} iteration on {env} of {rows[0]['env_steps_per_iteration']:,} env steps (rollouts of {num_envs} envs x "
-        f"{rollout_length} steps)\n" + table(rows)
+        f"one {algo} iteration on {env} of {rows[0]['env_steps_per_iteration']:,} env steps "
+        f"({f'{rounds} rounds of ' if rounds > 1 else ''}rollouts of {num_envs} envs x {rollout_length} steps)\n" + table(rows)
     )
     meta = {"algo": algo, "env": env, "num_envs": num_envs, "rollout_length": rollout_length, "iterations": iterations}
     name = "breakdown" if (algo, env) == ("DevicePPO", DEFAULT_ENV) else f"breakdown_{algo}_{env}"

@@ -161,8 +161,10 @@ def test_breakdown_of_device_dqn(tmp_path):
         "2",
     )
     assert "training data: GAE (PPO), n-step + replay buffer (DQN, SAC)" in out.stdout
-    assert "(rollouts of 12 envs x 4 steps)" in out.stdout  # the file's own shape: no --num-envs, --rollout-length
     (row,) = outputs(tmp_path, "breakdown_DeviceDQN_GPUCartPole-v1")["rows"]
+    # the file's own shape (no --num-envs, --rollout-length), and how many rounds of it an iteration is
+    rounds = row["env_steps_per_iteration"] // (12 * 4)
+    assert f"of {row['env_steps_per_iteration']:,} env steps ({rounds} rounds of rollouts of 12 envs x 4 steps)" in out.stdout
     # one train() call: as many rounds of 12 envs x 4 steps as RLlib's DQN samples per iteration
     assert row["setup"] == "ours: device path (DeviceDQN, GPUCartPole-v1)" and row["env_steps_per_iteration"] % (12 * 4) == 0
     assert row["ray"] is False  # as the main job: its runner and learner in this process, no Ray started
