@@ -77,7 +77,7 @@ def run(
     from rllib_gpuenv.backends.numba_cuda import SIMULATED, cuda_available
 
     if not cuda_available():
-        raise SystemExit("bench block-size needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1 to check the code path)")
+        raise ValueError("bench block-size needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1 to check the code path)")
     device = "cpu" if SIMULATED else "cuda"
     rows = []
     for n in num_envs:

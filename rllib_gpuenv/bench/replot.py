@@ -101,6 +101,8 @@ def replot(folder: str, out_dir: str | None = None) -> list[str]:
     """Every ``<kind>.json`` and ``<kind>_<variant>.json`` in ``folder`` (``training_<task>.json``,
     ``scaling_<env>.json``): print its table, write ``<same name>.png`` to ``out_dir`` (default:
     the same folder); return the plots' paths."""
+    if not os.path.isdir(folder):
+        raise SystemExit(f"{folder}: no such folder")
     out_dir = out_dir or folder
     os.makedirs(out_dir, exist_ok=True)
     written = []

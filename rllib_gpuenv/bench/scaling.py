@@ -129,7 +129,7 @@ def _load_reference(checkout: str):
 
     source = os.path.join(os.path.abspath(checkout), "rllib_gpuenv")
     if not os.path.isdir(source):
-        raise SystemExit(f"--reference {checkout}: no rllib_gpuenv package there (give a checkout of this repository)")
+        raise ValueError(f"--reference {checkout}: no rllib_gpuenv package there (give a checkout of this repository)")
     root = tempfile.mkdtemp(prefix="rllib_gpuenv_reference_")
     target = os.path.join(root, "rllib_gpuenv_reference")
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))

@@ -109,6 +109,14 @@ def test_replot_draws_the_recorded_results_again(tmp_path):
     )
 
 
+def test_replot_of_a_folder_that_is_not_there_says_so_and_makes_none(tmp_path):
+    from rllib_gpuenv.bench.replot import replot
+
+    with pytest.raises(SystemExit, match=r"missing: no such folder"):
+        replot(str(tmp_path / "missing"))
+    assert not (tmp_path / "missing").exists()
+
+
 def test_breakdown(tmp_path):
     out = bench(tmp_path, "breakdown", "--num-envs", "16", "--rollout-length", "8", "--iterations", "1")
     assert "env stepping" in out.stdout and "learner update" in out.stdout and "GPU utilisation" in out.stdout
