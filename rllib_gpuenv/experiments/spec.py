@@ -185,7 +185,11 @@ def load_experiments(
     A bad file raises one ``ExperimentError`` with one line per bad experiment."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ExperimentError(f"{path}: no such experiment file")
+        from rllib_gpuenv.experiments.shipped import config_file, config_names
+
+        name = os.path.basename(path)
+        shipped = f"; the package ships {name}: {config_file(name)}" if name in config_names() else ""
+        raise ExperimentError(f"{path}: no such experiment file{shipped}")
     overrides = dict(config_overrides=config_overrides, stop_overrides=stop_overrides, allow_no_stop=allow_no_stop)
     if path.endswith(".py"):
         return [_python_experiment(path, **overrides)]

@@ -674,3 +674,15 @@ def test_a_gymnasium_env_whose_extra_is_missing_is_named_before_ray_starts(tmp_p
             load_experiments(path)
     finally:
         del gym.registry["NeedsExtraX-v0"]
+
+
+def test_a_shipped_file_named_where_it_is_not_says_where_the_package_keeps_it(tmp_path, monkeypatch):
+    """A wheel install has no configs/ folder: the name alone points to the package's copy."""
+    from rllib_gpuenv.experiments.shipped import config_file
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ExperimentError, match=r"^gpu_pendulum_ppo.yaml: no such experiment file; the package ships ") as err:
+        load_experiments("gpu_pendulum_ppo.yaml")
+    assert str(err.value).endswith(str(config_file("gpu_pendulum_ppo.yaml")))
+    with pytest.raises(ExperimentError, match=r"^mine.yaml: no such experiment file$"):
+        load_experiments("mine.yaml")
