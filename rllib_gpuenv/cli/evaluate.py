@@ -51,7 +51,7 @@ class Evaluation:
     def summary(self) -> str:
         r = np.asarray(self.returns)
         return (
-            f"{len(r)} episodes: mean return {r.mean():.2f}, min {r.min():.2f}, max {r.max():.2f} "
+            f"{len(r)} episode{'s' if len(r) != 1 else ''}: mean return {r.mean():.2f}, min {r.min():.2f}, max {r.max():.2f} "
             f"(mean length {np.mean(self.lengths):.1f})"
         )
 

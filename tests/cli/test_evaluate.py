@@ -195,3 +195,10 @@ def test_a_jax_env_s_video_is_refused_in_one_line(tmp_path):
     with pytest.raises(EvaluationError, match=r"^--video: gymnax:CartPole-v1 is a JAX env .* evaluate it without --video$"):
         evaluate(path, episodes=2, device="cpu", video=str(tmp_path / "x.gif"))
     assert len(evaluate(path, episodes=2, device="cpu").returns) == 2
+
+
+def test_the_summary_counts_one_episode_as_one():
+    from rllib_gpuenv.cli.evaluate import Evaluation
+
+    assert Evaluation([9.0], [9]).summary().startswith("1 episode: mean return 9.00")
+    assert Evaluation([1.0, 3.0], [1, 3]).summary().startswith("2 episodes: mean return 2.00")
