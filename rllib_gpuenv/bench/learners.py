@@ -218,10 +218,11 @@ def run(
         f"Ray given {max(cores, needed)} CPUs on a machine with {cores} cores; one CPU per learner and per env runner\n"
         + table(rows, target)
     )
-    trips = rollout_trips(device)
-    lines = [[f"{t['envs']} x {t['steps']}", f"{t['megabytes']:.2f}", f"{t['ms_per_trip']:.2f}"] for t in trips]
-    print("\na rollout's trip from an env runner to a learner (separate layout; none when colocated)")
-    print(format_table(["envs x steps", "MB", "ms per trip"], lines))
+    trips = rollout_trips(device) if "separate" in layouts else []  # the colocated layout has no trip
+    if trips:
+        lines = [[f"{t['envs']} x {t['steps']}", f"{t['megabytes']:.2f}", f"{t['ms_per_trip']:.2f}"] for t in trips]
+        print("\na rollout's trip from an env runner to a learner (separate layout; none when colocated)")
+        print(format_table(["envs x steps", "MB", "ms per trip"], lines))
     meta = {
         "counts": counts,
         "layouts": list(layouts),

@@ -259,8 +259,10 @@ def test_learners(tmp_path):
         "--layouts",
         "colocated",
     )
-    assert "a rollout's trip from an env runner to a learner" in out.stdout
-    rows = outputs(tmp_path, "learners")["rows"]
+    assert "a rollout's trip from an env runner to a learner" not in out.stdout  # the separate layout's, not asked for
+    result = outputs(tmp_path, "learners")
+    rows = result["rows"]
+    assert result["meta"]["rollout_trips"] == []
     assert [(r["layout"], r["learners"]) for r in rows] == [("local", 1), ("colocated", 2)]
     assert [r["env_steps_per_iteration"] for r in rows] == [128, 256]  # weak scaling: 16 envs x 8 steps per sampler
     assert all(r["env_steps_per_s"] > 0 and r["runs"][0]["seconds"] is not None for r in rows), rows

@@ -238,3 +238,12 @@ def test_on_a_machine_without_a_gpu_learner_settings_give_no_gpu_advice():
     for config in (dqn(), dqn().devices(learner="cpu"), dqn().devices(learner="cpu:0"), ppo().devices(learner="auto")):
         config.validate()
         assert config.num_gpus_per_learner == 0
+
+
+def test_the_learners_benchmark_times_a_rollout_s_trip_to_a_learner_actor():
+    """``bench learners``' second table (the separate layout's cost per rollout), on this module's Ray."""
+    from rllib_gpuenv.bench.learners import TRIP_SHAPES, rollout_trips
+
+    trips = rollout_trips("cpu", repeats=1)
+    assert [(t["envs"], t["steps"]) for t in trips] == list(TRIP_SHAPES)
+    assert all(t["megabytes"] > 0 and t["ms_per_trip"] > 0 for t in trips)
