@@ -366,10 +366,19 @@ def apply_run_options(experiments: list, args) -> str | None:
     return args.upload_dir or args.storage_path
 
 
+def _check_fits(experiments, cluster: dict | None) -> None:
+    """All of them fit ``cluster`` (None: the Ray joined), or none runs; a resource search finds its own."""
+    from rllib_gpuenv.experiments import check_fits_cluster
+
+    for experiment in experiments:
+        if experiment.resource_search is None:
+            check_fits_cluster(experiment, cluster)
+
+
 def train_command(args) -> int:
     import ray
 
-    from rllib_gpuenv.experiments import check_fits_cluster, run_experiment
+    from rllib_gpuenv.experiments import run_experiment
 
     experiments = experiments_from_args(args)  # every check before Ray starts
     storage_path = apply_run_options(experiments, args)
@@ -378,14 +387,12 @@ def train_command(args) -> int:
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
     if args.local_mode:
         logger.warning("--local-mode: dropped: Ray no longer has a local mode; the trials run in Ray's processes")
-    if address == "local":  # what the Ray about to start will have: every trial must fit, checked before it starts
+    if address == "local":  # a Ray of our own: every trial must fit what it will have, checked before it starts
         from rllib_gpuenv.rllib.resources import cluster_resources
 
         here = cluster_resources()
         here.update({k: float(v) for k, v in (("CPU", args.ray_num_cpus), ("GPU", args.ray_num_gpus)) if v is not None})
-        for experiment in experiments:
-            if experiment.resource_search is None:
-                check_fits_cluster(experiment, here)
+        _check_fits(experiments, here)
     ray.init(
         address=address,
         num_cpus=args.ray_num_cpus,
@@ -397,9 +404,8 @@ def train_command(args) -> int:
         # env, to which only the Python files' folders are added (``importable_folders_env``).
         runtime_env=local_runtime_env(experiments) if address == "local" else cluster_runtime_env(experiments),
     )
-    for experiment in experiments:  # all of them fit, or none runs
-        if experiment.resource_search is None:
-            check_fits_cluster(experiment)
+    if address != "local":  # a cluster's resources are known once it is joined
+        _check_fits(experiments, None)
     for experiment in experiments:
         if experiment.resource_search is not None:
             from rllib_gpuenv.experiments.tune_resources import search_resources

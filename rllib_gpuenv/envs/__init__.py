@@ -47,8 +47,7 @@ def add_definition(definition: EnvDef) -> None:
     one before, as gymnasium's ``register`` does; the suite's ids stay the suite's."""
     if not isinstance(definition, EnvDef):
         raise TypeError(f"expected an EnvDef, got {type(definition).__name__}")
-    if definition not in _CLASSES:
-        check_definition(definition)
+    vector_env_class(definition)  # a definition of yours is tried on two envs first (definition_check.py)
     known = _DEFINITIONS.get(definition.id)
     if known is not None and known is not definition:
         if definition.id in SHIPPED_DEFS:
@@ -68,9 +67,10 @@ def vector_env_class(definition: EnvDef) -> type[GPUVectorEnv]:
     """The ``GPUVectorEnv`` subclass for a definition (the suite's named ones, or a new one)."""
     if definition in _CLASSES:
         return _CLASSES[definition]
-    check_definition(definition)
     name = "".join(c for c in definition.id.split("-")[0].split("/")[-1] if c.isalnum()) + "VectorEnv"
-    return type(name, (GPUVectorEnv,), {"definition": definition, "__doc__": f"``{definition.id}``: a user-defined env."})
+    env_class = type(name, (GPUVectorEnv,), {"definition": definition, "__doc__": f"``{definition.id}``: a user-defined env."})
+    check_definition(env_class)  # once: the class is cached, a definition that fails is not
+    return env_class
 
 
 def make_vector_env(env: EnvDef | str, num_envs: int = 1, **kwargs: Any) -> GPUVectorEnv:

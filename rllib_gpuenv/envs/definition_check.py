@@ -4,12 +4,10 @@ rule that fixes them, not met later as torch's or numba's words deep inside a st
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from rllib_gpuenv.core.env_def import EnvDef
 from rllib_gpuenv.core.jit import is_jitable
+from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
 # torch's words for a mistake in an env function, and the rule it broke
 HINTS = (
@@ -30,10 +28,10 @@ HINTS = (
 )
 
 
-@functools.cache
-def check_definition(definition: EnvDef) -> None:
-    """Raise naming what is wrong in ``definition``: its parameters, its functions' marks, or what
-    ``reset`` and two ``step`` calls on two envs make of it (a shipped env is not checked again)."""
+def check_definition(env_class: type[GPUVectorEnv]) -> None:
+    """Raise naming what is wrong in ``env_class.definition``: its parameters, its functions'
+    marks, or what ``reset`` and two ``step`` calls on two envs of the class make of it."""
+    definition = env_class.definition
     if not (isinstance(definition.params, type) and hasattr(definition.params, "_fields")):
         raise TypeError(
             f"{definition.id}: params must be a NamedTuple class of the env's parameters with their defaults "
@@ -49,9 +47,6 @@ def check_definition(definition: EnvDef) -> None:
             f"{definition.id}: reset_bounds gives {len(lows)} lows and {len(highs)} highs, one per number of the "
             f"state: state_names has {definition.state_size} ({', '.join(definition.state_names)})"
         )
-    from rllib_gpuenv.envs.vector_env import GPUVectorEnv
-
-    env_class = type("CheckedEnv", (GPUVectorEnv,), {"definition": definition})
     try:
         env = env_class(2, backend="torch", device="cpu")
         env.reset(seed=0)

@@ -87,8 +87,11 @@ def _resolve_dtype(dtype: Any) -> torch.dtype:
 def _no_misspelt_option(definition: EnvDef, params: dict, init) -> None:
     """A keyword that is no parameter of the env but close to one of the constructor's options
     (``backnd``) is named as that option's misspelling, not as an unknown physics parameter."""
-    options = [name for name in inspect.signature(init).parameters if name not in ("self", "num_envs", "params")]
-    for name in set(params) - set(definition.params._fields):
+    unknown = set(params) - set(definition.params._fields)
+    options = (
+        [name for name in inspect.signature(init).parameters if name not in ("self", "num_envs", "params")] if unknown else []
+    )
+    for name in unknown:
         close = difflib.get_close_matches(name, options, n=1)
         if close:
             raise TypeError(f"{definition.id}: no option or parameter {name!r}: did you mean {close[0]}?")
