@@ -14,11 +14,12 @@ DeviceMismatchError.
 
 import argparse
 
+from rllib_gpuenv import options
 from rllib_gpuenv.rllib import DevicePPOConfig
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--env", default="Acrobot-v1")
-parser.add_argument("--iterations", type=int, default=40)
+parser.add_argument("--iterations", type=options.count(1), default=40)
 args = parser.parse_args()
 
 config = (

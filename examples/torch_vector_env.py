@@ -27,6 +27,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from rllib_gpuenv import options
 from rllib_gpuenv.rllib import DevicePPOConfig
 
 
@@ -76,8 +77,10 @@ gym.register("TorchCorridor-v0", vector_entry_point=TorchCorridor)  # no single-
 def parse_args(**defaults) -> argparse.Namespace:
     """``--iterations`` and ``--device``, the options every env example takes, and ``defaults``' (name: value)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--iterations", type=int, default=2)
-    parser.add_argument("--device", default="cpu", help="where the env, the runner and the learner work (cpu, cuda, auto)")
+    parser.add_argument("--iterations", type=options.count(1), default=2)
+    parser.add_argument(
+        "--device", type=options.device, default="cpu", help="where the env, the runner and the learner work (cpu, cuda, auto)"
+    )
     for name, value in defaults.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     return parser.parse_args()

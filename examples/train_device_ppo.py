@@ -16,12 +16,13 @@ process (``num_env_runners=0``, no remote learners), so none is needed.
 import argparse
 import time
 
+from rllib_gpuenv import options
 from rllib_gpuenv.rllib import DevicePPOConfig
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--device", default="auto")
-parser.add_argument("--target", type=float, default=475.0)
-parser.add_argument("--max-iterations", type=int, default=200)
+parser.add_argument("--device", type=options.device, default="auto")
+parser.add_argument("--target", type=options.number, default=475.0)
+parser.add_argument("--max-iterations", type=options.count(1), default=200)
 args = parser.parse_args()
 
 config = (

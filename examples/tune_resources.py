@@ -19,11 +19,12 @@ import argparse
 
 import ray
 
+from rllib_gpuenv import options
 from rllib_gpuenv.experiments import inline_experiment
 from rllib_gpuenv.experiments.tune_resources import ResourceSpace, search_resources
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--target", type=float, default=200.0)
+parser.add_argument("--target", type=options.number, default=200.0)
 args = parser.parse_args()
 
 ray.init(include_dashboard=False)

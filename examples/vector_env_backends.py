@@ -16,13 +16,13 @@ import time
 
 import torch
 
-from rllib_gpuenv import ENV_IDS, make_vector_env
+from rllib_gpuenv import ENV_IDS, make_vector_env, options
 from rllib_gpuenv.backends import available_backends
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--env", default="GPUCartPole-v1", choices=ENV_IDS)
-parser.add_argument("--num-envs", type=int, default=65536)
-parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--num-envs", type=options.count(1), default=65536)
+parser.add_argument("--steps", type=options.count(1), default=200)
 args = parser.parse_args()
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 from gymnasium import spaces
 
-from rllib_gpuenv import EnvDef, jitable, make_vector_env, ops, register_env
+from rllib_gpuenv import EnvDef, jitable, make_vector_env, ops, options, register_env
 from rllib_gpuenv.backends import available_backends
 
 
@@ -74,8 +74,8 @@ register_env(REACH_1D)
 # ---------------------------------------------------------------- using it
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--iterations", type=options.count(1), default=20)
+    parser.add_argument("--device", type=options.device, default="auto")
     args = parser.parse_args()
 
     # 1. Every backend runs the same step and gets the same numbers (float64).

@@ -55,6 +55,27 @@ def test_training_examples(name, args, expected):
     assert expected in example(name, *args)
 
 
+@pytest.mark.parametrize(
+    "name, args, message",
+    [
+        ("vector_env_backends.py", ["--num-envs", "-1"], "argument --num-envs: must be at least 1, got -1"),
+        ("vector_env_backends.py", ["--steps", "0"], "argument --steps: must be at least 1, got 0"),
+        ("write_your_own_env.py", ["--iterations", "0"], "argument --iterations: must be at least 1, got 0"),
+        ("write_your_own_env.py", ["--device", "cuda:7"], "argument --device: "),
+        ("train_device_ppo.py", ["--target", "nan"], "argument --target: must be a finite number, got nan"),
+        ("train_device_ppo.py", ["--max-iterations", "x"], "argument --max-iterations: 'x' is not an integer"),
+        ("torch_vector_env.py", ["--iterations", "-2"], "argument --iterations: must be at least 1, got -2"),
+        ("jax_env.py", ["--device", "gpu"], "argument --device: "),
+        ("device_env_any_gymnasium_env.py", ["--iterations", "0"], "argument --iterations: must be at least 1, got 0"),
+        ("tune_resources.py", ["--target", "inf"], "argument --target: must be a finite number, got inf"),
+    ],
+)
+def test_examples_refuse_bad_options_in_one_line(name, args, message):
+    """argparse's usage and one line naming the option, before anything is built (no traceback)."""
+    out = run_script(os.path.join(ROOT, "examples", name), *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
 def builder_calls(path: str) -> dict[str, dict]:
     """The keyword arguments of each config-builder call in a script (``.training(lr=4e-3)``), as
     values; calls whose arguments are not constants (``.devices(learner=args.device)``) are left out."""
