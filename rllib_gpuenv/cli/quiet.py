@@ -14,13 +14,23 @@ which JAX device MuJoCo's MJX uses (the runner chose it).
 ``quiet_start`` filters exactly these messages from their loggers, in this process and, through
 Ray's ``worker_process_setup_hook``, in the Ray workers the command starts. It is never applied
 on import: a user's own script keeps every message.
+
+One more, at the end: when a command's Ray shuts down, Ray sends SIGTERM to a trial's process that
+is still exiting (Tune's ``fit()`` returns before its actors have gone), and Ray's handler raises
+``SystemExit`` in whatever Python code runs then, often a finalizer (RLlib's ``LearnerGroup.__del__``).
+Python prints such an exception as "Exception ignored in ..." with a traceback, after the command's
+last line, from a run that succeeded. ``quiet_start`` drops exactly those: a ``SystemExit`` in a
+finalizer, where the process is already ending. Any other exception in a finalizer is printed.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 NOTICES = {
     "ray.rllib.algorithms.algorithm_config": "on the new API stack! This is the new default behavior",
@@ -52,9 +62,23 @@ class _DropNotice(logging.Filter):
         return self.text not in record.getMessage()
 
 
+def _exit_in_a_finalizer_is_silent(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``sys.unraisablehook`` that passes on everything but a ``SystemExit`` (the process is ending)."""
+
+    def unraisable(info: Any) -> None:
+        if not issubclass(info.exc_type, SystemExit):
+            hook(info)
+
+    unraisable.exit_silent = True
+    return unraisable
+
+
 def quiet_start() -> None:
-    """Filter the notices from their loggers (once per process), and JAX's fork warning."""
+    """Filter the notices from their loggers (once per process), JAX's fork warning, and a
+    ``SystemExit`` raised in a finalizer while the process ends."""
     warnings.filterwarnings("ignore", message=FORK_WARNING, category=RuntimeWarning)
+    if not getattr(sys.unraisablehook, "exit_silent", False):
+        sys.unraisablehook = _exit_in_a_finalizer_is_silent(sys.unraisablehook)
     for name, text in NOTICES.items():
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropNotice) for f in target.filters):

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT, interrupted, run_module, tiny_main_job_file
+from tests.helpers import ROOT, interrupted, run_code, run_module, tiny_main_job_file
 
 DEVICE_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
 
@@ -141,3 +141,32 @@ def test_tunes_advice_on_a_slow_build_is_dropped_by_the_commands(monkeypatch, ca
             for dropped in [f for f in logging.getLogger(name).filters if isinstance(f, quiet._DropNotice)]:
                 logging.getLogger(name).removeFilter(dropped)
     assert not [f for f in target.filters if isinstance(f, quiet._DropNotice)]
+
+
+ENDING = """
+from rllib_gpuenv.cli.quiet import quiet_start
+
+
+class Finalized:
+    def __init__(self, error):
+        self.error = error
+
+    def __del__(self):
+        raise self.error
+
+
+Finalized(SystemExit(1))  # a user's own script: printed, as Python prints it
+quiet_start()
+Finalized(SystemExit(1))  # as Ray's SIGTERM handler raises it in a trial's finalizer at the end: not printed
+Finalized(RuntimeError("a real error"))  # printed
+"""
+
+
+def test_a_trials_exit_in_a_finalizer_is_not_printed_as_an_error():
+    """The end of a `rllib train` run: Ray's SIGTERM reaches a trial's process while it is still
+    exiting, and Ray's handler raises SystemExit in a finalizer (RLlib's LearnerGroup.__del__).
+    The commands' workers drop that one exception; any other in a finalizer is printed."""
+    out = run_code(ENDING)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.count("Exception ignored in") == 2, out.stderr
+    assert out.stderr.count("SystemExit") == 1 and "RuntimeError: a real error" in out.stderr, out.stderr
