@@ -1,5 +1,6 @@
 """What several test files share: paths, subprocesses, the `rllib` command, host-read counting."""
 
+import contextlib
 import csv
 import glob
 import inspect
@@ -126,7 +127,10 @@ def _run_forked(kind: str, name: str, args: list[str], env: dict, out_path: str,
         atexit._run_exitfuncs()  # Ray's shutdown among them, as at an interpreter's exit
 
 
-def _forked(kind: str, name: str, args: tuple[str, ...], timeout: int) -> subprocess.CompletedProcess:
+@contextlib.contextmanager
+def _started(kind: str, name: str, args: tuple[str, ...]):
+    """The forked process, started (multiprocessing's ``Process``), and a function that joins it
+    (with a timeout) and returns it as a ``CompletedProcess``; killed if the block leaves it running."""
     import multiprocessing
     import tempfile
 
@@ -140,12 +144,32 @@ def _forked(kind: str, name: str, args: tuple[str, ...], timeout: int) -> subpro
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
         process = _fork_server.Process(target=_run_forked, args=(kind, name, list(args), env, out, err))
         process.start()
-        process.join(timeout)
-        if process.exitcode is None:
-            process.kill()
-            process.join()
-            raise subprocess.TimeoutExpired(command, timeout, open(out).read(), open(err).read())
-        return subprocess.CompletedProcess(command, process.exitcode, open(out).read(), open(err).read())
+
+        def finished(timeout: float) -> subprocess.CompletedProcess:
+            process.join(timeout)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+                raise subprocess.TimeoutExpired(command, timeout, open(out).read(), open(err).read())
+            return subprocess.CompletedProcess(command, process.exitcode, open(out).read(), open(err).read())
+
+        try:
+            yield process, finished
+        finally:
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+
+
+def _forked(kind: str, name: str, args: tuple[str, ...], timeout: int) -> subprocess.CompletedProcess:
+    with _started(kind, name, args) as (_, finished):
+        return finished(timeout)
+
+
+def started_module(module: str, *args: str):
+    """``run_module``'s command, started: ``with started_module(...) as (process, finished)``, where
+    ``process.pid`` can be signalled and ``finished(timeout)`` waits for the ``CompletedProcess``."""
+    return _started("module", module, args)
 
 
 def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:

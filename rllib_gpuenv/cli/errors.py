@@ -8,6 +8,7 @@ The traceback of an error turned into one line goes to the log at debug level
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -67,7 +68,8 @@ def _run(prog: str, func, args) -> int:
     from rllib_gpuenv.experiments.errors import ExperimentError
 
     try:
-        return int(func(args) or 0)
+        with _sigterm_as_ctrl_c():
+            return int(func(args) or 0)
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return 130
@@ -86,6 +88,22 @@ def _run(prog: str, func, args) -> int:
         logger.debug("the traceback", exc_info=True)
         print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
         return 2
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """SIGTERM (``kill``, ``timeout``, a scheduler) ends the command as Ctrl-C does, where it would
+    otherwise end the process at once: a benchmark's run in a process of its own is then stopped
+    with it (``subprocess.run`` kills its child on the way out), not left running to its budget.
+    The training loops and Tune runs put their own handlers in place around themselves."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class StopAfterThisIteration:

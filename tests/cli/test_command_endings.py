@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT, interrupted, run_code, run_module, tiny_main_job_file
+from tests.helpers import ROOT, interrupted, run_code, run_module, started_module, tiny_main_job_file
 
 DEVICE_CHECKPOINT = os.path.join(ROOT, "tests", "rllib", "data", "checkpoints_82623be", "device")
 
@@ -170,3 +170,26 @@ def test_a_trials_exit_in_a_finalizer_is_not_printed_as_an_error():
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("Exception ignored in") == 2, out.stderr
     assert out.stderr.count("SystemExit") == 1 and "RuntimeError: a real error" in out.stderr, out.stderr
+
+
+def test_sigterm_ends_a_benchmark_and_the_run_it_started(tmp_path):
+    """`kill` (SIGTERM) of `rllib-gpuenv bench training` ends it as Ctrl-C does, and the run it
+    started in a process of its own ends with it rather than going on to its budget."""
+    import time
+
+    import psutil
+
+    args = ["bench", "training", "--contenders", "device", "--seeds", "0", "--target", "1000", "--budget", "600"]
+    with started_module("rllib_gpuenv.cli", *args, "--out", str(tmp_path)) as (process, finished):
+        command = psutil.Process(process.pid)
+        deadline = time.monotonic() + 600  # a hang guard: the wait is for the run's process
+        while not (runs := [p for p in command.children() if "rllib_gpuenv.bench.training" in " ".join(p.cmdline())]):
+            assert process.is_alive() and time.monotonic() < deadline, "the benchmark started no run"
+            time.sleep(0.1)
+        os.kill(process.pid, signal.SIGTERM)
+        out = finished(600)
+    _, running = psutil.wait_procs(runs, timeout=60)
+    for run in running:  # this test's own leftovers, so that a failure leaves none behind
+        run.kill()
+    assert not running, running
+    assert out.returncode == 130 and "rllib-gpuenv: interrupted" in out.stderr, out.stderr[-3000:]
