@@ -103,7 +103,8 @@ def _sigterm_as_ctrl_c():
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.getsignal(signal.SIGTERM) is signal.default_int_handler:  # not one put there meanwhile
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class StopAfterThisIteration:
