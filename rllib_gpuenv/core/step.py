@@ -229,7 +229,7 @@ class BoundEnv:
     def advance(self) -> Callable:
         d = self.definition
         return _cached(
-            ("advance", d.id, self.params),
+            ("advance", d, self.params),  # the definition itself: one registered again under its id is another
             lambda: bind(
                 advance,
                 ENV_STEP=_on_own_array(d.step) if self.has_array else d.step,

@@ -12,7 +12,7 @@ from gymnasium.wrappers import RecordEpisodeStatistics
 
 from rllib_gpuenv import ENV_IDS, register_env
 from rllib_gpuenv.envs import env_definition
-from tests.helpers import ROOT, run_python
+from tests.helpers import CPU_BACKENDS, ROOT, run_python
 
 
 def test_make_vec_builds_every_env_in_a_fresh_process():
@@ -147,17 +147,24 @@ def test_a_definition_given_again_replaces_the_one_before_and_other_ids_are_refu
     text = open(os.path.join(ROOT, "README.md")).read()
     source = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if 'id="Reach1D-v0"' in b)
     source = source.replace("Reach1D-v0", "Reach1DAgain-v0")
+    slower = source.replace("dt: float = 0.1", "dt: float = 0.5").replace("max_episode_steps=100", "max_episode_steps=50")
+    force = "force = (ops.to_float(action) - 1.0) * p.max_force"
+    assert force in source
+    broken = slower.replace(force, "force = p.max_force if action > 1 else -p.max_force")  # a Python if: refused
+    harder = slower.replace(force, "force = (ops.to_float(action) - 1.0) * 2.0 * p.max_force")  # the same parameters
     velocities = []
-    for cell in (
-        source,
-        source.replace("dt: float = 0.1", "dt: float = 0.5").replace("max_episode_steps=100", "max_episode_steps=50"),
-    ):
+    for cell in (source, slower, broken, harder):
+        if cell is broken:
+            with pytest.raises(TypeError, match="a Python if"):
+                exec(cell, {})  # noqa: S102
+            continue
         exec(cell, {})  # noqa: S102 (the README's own code)
-        env = make_vector_env("Reach1DAgain-v0", 4, backend="numba-cpu", dtype="float64")
-        env.reset(seed=0)
-        env.step(torch.full((4,), 2))  # full force from rest: the velocity is dt * max_force
-        velocities.append(env.state[:, 1].tolist())
-    assert velocities == [[0.1] * 4, [0.5] * 4]
+        for backend in CPU_BACKENDS:
+            env = make_vector_env("Reach1DAgain-v0", 4, backend=backend, dtype="float64")
+            env.reset(seed=0)
+            env.step(torch.full((4,), 2))  # full force from rest: the velocity is dt * max_force
+            velocities.append(env.state[:, 1].tolist())
+    assert velocities == [[0.1] * 4] * 2 + [[0.5] * 4] * 2 + [[1.0] * 4] * 2
     assert "env definition 'Reach1DAgain-v0': replaced by the one given now" in caplog.text
     assert gym.registry["Reach1DAgain-v0"].max_episode_steps == 50
 
