@@ -203,6 +203,44 @@ class RescaleObservations(ObservationTransform):
         return (obs - self._center) * self._scale
 
 
+class Float32Observations(ObservationTransform):
+    """``Box`` observations of another dtype (float64, integers) as float32, on their device: what
+    RLlib's default networks take (their weights are float32), and what RLlib's own runner and
+    ``DeviceEnv`` make of numpy observations. The device env runner applies it to a tensor env of
+    yours whose observation space is not float32 (the package's envs give float32)."""
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        space = env.single_observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise TypeError(f"Float32Observations needs a Box observation space, {env} has {space}")
+        super().__init__(env)
+        self.single_observation_space = gym.spaces.Box(
+            space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+        )
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+
+    def observations(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.to(torch.float32)
+
+
+class FlatObservations(ObservationTransform):
+    """``Box`` observations of 2 dimensions, or of more than 3, as flat vectors, on their device:
+    RLlib's default networks take vectors (an MLP) and images (height, width, channels: a CNN),
+    and refuse the rest ("2D Box spaces are not supported"), which the user of an env they cannot
+    change (gymnax's bsuite ``Catch``, 10 x 5) cannot fix. The device env runner applies it."""
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        space = env.single_observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise TypeError(f"FlatObservations needs a Box observation space, {env} has {space}")
+        super().__init__(env)
+        self.single_observation_space = gym.spaces.Box(space.low.reshape(-1), space.high.reshape(-1), None, space.dtype)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+
+    def observations(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.reshape(obs.shape[0], -1)
+
+
 class OneHotObservations(ObservationTransform):
     """``Discrete`` observations as one-hot float vectors (``MultiDiscrete``: one per component,
     side by side), on their device: what RLlib's ``FlattenObservations`` connector gives its

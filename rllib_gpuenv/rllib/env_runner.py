@@ -55,7 +55,14 @@ from rllib_gpuenv.rllib import action_sampling
 from rllib_gpuenv.rllib.autoreset import StepReader
 from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.rollout_graph import RolloutGraph
-from rllib_gpuenv.wrappers import CheckDevice, DeviceEnv, OneHotObservations, RescaleObservations
+from rllib_gpuenv.wrappers import (
+    CheckDevice,
+    DeviceEnv,
+    FlatObservations,
+    Float32Observations,
+    OneHotObservations,
+    RescaleObservations,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +141,19 @@ def check_prefixed_id(env_spec: str) -> None:
 
 def as_the_module_sees_it(env: gym.vector.VectorEnv, config) -> gym.vector.VectorEnv:
     """``env`` with the observation wrappers between it and the module: ``Discrete`` observations
-    one-hot (``OneHotObservations``: RLlib's default networks take ``Box`` ones only), and
-    rescaled to [-1, 1] where the config asks (``rescale_observations``). The runner and
-    ``rllib-gpuenv evaluate`` both step their envs through it, so a checkpoint's policy is played
-    on the observations it was trained on."""
-    if isinstance(env.single_observation_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+    one-hot (``OneHotObservations``: RLlib's default networks take ``Box`` ones only), ``Box`` ones
+    as float32 (``Float32Observations``) and, where they have 2 dimensions or more than 3 (neither
+    a vector nor an image), flat (``FlatObservations``), and rescaled to [-1, 1] where the config
+    asks (``rescale_observations``). The runner and ``rllib-gpuenv evaluate`` both step their envs
+    through it, so a checkpoint's policy is played on the observations it was trained on."""
+    space = env.single_observation_space
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         env = OneHotObservations(env)
+    elif isinstance(space, gym.spaces.Box):
+        if space.dtype != np.float32:
+            env = Float32Observations(env)
+        if len(space.shape) == 2 or len(space.shape) > 3:
+            env = FlatObservations(env)
     if getattr(config, "rescale_observations", False):
         env = RescaleObservations(env)
     return env

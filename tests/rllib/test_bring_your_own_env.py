@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import sys
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
+from gymnasium.vector.utils import batch_space
 from ray import tune
 
 from rllib_gpuenv.rllib import DevicePPOConfig, Rollout
@@ -304,3 +307,26 @@ def test_rescaled_observations_rescale_the_final_observation_too(runs):
         rows = expected_rows("same_step", i, T, T)[0]
         expected = torch.tensor([row["next_obs"] for row in rows]) / 500.0 - 1.0
         torch.testing.assert_close(rollout.next_obs()[:, i], expected)
+
+
+class ScriptedSameStepFloat64(scripted_envs.ScriptedSameStep):
+    """The SAME_STEP scripted env with float64 observations (a legal gymnasium Box)."""
+
+    def __init__(self, num_envs: int = 4, device="cpu"):
+        super().__init__(num_envs, device)
+        self.single_observation_space = gym.spaces.Box(0.0, 1000.0, (2,), np.float64)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+
+    def _obs(self) -> torch.Tensor:
+        return super()._obs().double()
+
+
+def test_float64_observations_reach_the_module_as_float32_final_ones_too():
+    """RLlib's default networks have float32 weights (a float64 batch failed in the first matmul):
+    the runner gives the module float32 observations, as RLlib's own runner does for numpy ones."""
+    runner = DeviceEnvRunner(config=config_for(ScriptedSameStepFloat64))
+    rollout = runner.sample()
+    assert runner.env.single_observation_space.dtype == np.float32 and rollout.obs.dtype == torch.float32
+    for i in range(N):
+        rows = expected_rows("same_step", i, T, T)[0]
+        assert rollout.next_obs()[:, i].tolist() == [list(row["next_obs"]) for row in rows]

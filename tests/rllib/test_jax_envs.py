@@ -347,15 +347,20 @@ def breakout_file_config():
     return load_config(config_file("gymnax_breakout_ppo.yaml"), device="cpu", seed=0).config
 
 
-@pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "gymnax:Breakout-MinAtar"])
+@pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "gymnax:Breakout-MinAtar", "gymnax:Catch-bsuite"])
 def test_device_ppo_trains_on_gymnax_envs(env):
-    """CartPole with PPO's default MLP; Breakout with the shipped experiment file's settings, at test sizes."""
-    config = DevicePPOConfig().environment(env) if env.endswith("CartPole-v1") else breakout_file_config()
+    """CartPole with PPO's default MLP; Breakout with the shipped experiment file's settings, at test
+    sizes; bsuite's Catch, whose 10 x 5 board (neither a vector nor an image, which RLlib's default
+    networks refuse) reaches the module flat."""
+    config = DevicePPOConfig().environment(env) if "MinAtar" not in env else breakout_file_config()
     metrics, runner = train_briefly(config, num_envs=16, rollout_length=32)
     assert metrics["episode_len_mean"] > 0  # real episodes ended and were counted
     assert isinstance(runner.env.unwrapped, GymnaxVectorEnv)
     if "MinAtar" in env:
         assert "CNN" in type(runner.module.encoder.actor_encoder).__name__
+    if "bsuite" in env:
+        assert runner.env.unwrapped.single_observation_space.shape == (10, 5)
+        assert runner.env.single_observation_space.shape == (50,) and runner.module.observation_space.shape == (50,)
 
 
 def test_device_dqn_trains_on_a_gymnax_env():
