@@ -317,6 +317,65 @@ class CheckDeviceEnv(VectorWrapper):
         return result
 
 
+class CheckTensorEnvOutputs(VectorWrapper):
+    """A tensor env of yours, its first reset's and first step's outputs checked against what the
+    device env runner reads: torch tensors on the env's device, observations of the declared
+    space's shape, one reward and one flag of each kind per env, and a SAME_STEP env's
+    ``infos["final_obs"]`` and ``infos["_final_obs"]`` (the first step that has them) as tensors.
+    A mistake is named with the output, what it is and what it should be, where it would otherwise
+    fail later in the runner or the module ("'numpy.ndarray' object has no attribute 'bool'",
+    "mat1 and mat2 shapes cannot be multiplied"). Once checked, the outputs pass through."""
+
+    def __init__(self, env: gym.vector.VectorEnv, device: torch.device):
+        super().__init__(env)
+        self.device = canonical_device(device)
+        self._name = type(env.unwrapped).__name__
+        self._reset_checked = self._step_checked = self._final_checked = False
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        if not self._reset_checked:
+            self._check("reset", {"observations": obs})
+            self._reset_checked = True
+        return obs, info
+
+    def step(self, actions):
+        result = self.env.step(actions)
+        if not self._final_checked:
+            obs, rewards, terminated, truncated, info = result
+            outputs = {}
+            if not self._step_checked:
+                outputs = {"observations": obs, "rewards": rewards, "terminated": terminated, "truncated": truncated}
+            final = {f"infos[{k!r}]": info[k] for k in ("final_obs", "_final_obs") if isinstance(info, dict) and k in info}
+            self._check("step", {**outputs, **final})
+            self._step_checked, self._final_checked = True, bool(final)
+        return result
+
+    def _check(self, method: str, outputs: dict) -> None:
+        n, space = self.env.num_envs, self.env.single_observation_space
+        shapes = {"observations": (n, *space.shape), "infos['final_obs']": (n, *space.shape)}
+        for name, value in outputs.items():
+            where = f"{self._name}.{method}() returned {name}"
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"{where} as a {type(value).__module__}.{type(value).__name__}: the device env runner reads torch "
+                    f"tensors on the env's device ({self.device}) from an env that returns tensors: return "
+                    f"torch.as_tensor(..., device=...) for each, or return numpy for all and the runner wraps the env "
+                    f"in DeviceEnv"
+                )
+            if canonical_device(value.device) != self.device:
+                raise ValueError(f"{where} on {value.device}, but the env and its runner work on {self.device}")
+            if name in shapes and tuple(value.shape) != shapes[name]:
+                raise ValueError(
+                    f"{where} of shape {tuple(value.shape)}, but num_envs={n} and the observation space {space} make it "
+                    f"{shapes[name]} (a row of the space's shape per env): return that, or declare the space the env has"
+                )
+            if name not in shapes and tuple(value.shape) != (n,):
+                raise ValueError(
+                    f"{where} of shape {tuple(value.shape)}: one per env, shape ({n},), is what num_envs={n} makes it"
+                )
+
+
 # RLlib's forward methods, and the hooks behind the two that act (the device env runner calls those)
 MODULE_METHODS = (
     "forward_inference",

@@ -57,6 +57,7 @@ from rllib_gpuenv.rllib.rollout import Rollout
 from rllib_gpuenv.rllib.rollout_graph import RolloutGraph
 from rllib_gpuenv.wrappers import (
     CheckDevice,
+    CheckTensorEnvOutputs,
     DeviceEnv,
     FlatObservations,
     Float32Observations,
@@ -262,7 +263,7 @@ def bring_your_own_env(
             f"{env_spec!r} returns observations on {obs.device}, but its env runner works on {device}: make the env "
             f"use the device it is given (its 'device' argument), or put the runner there (devices(env_runners=...))"
         )
-    return env
+    return CheckTensorEnvOutputs(env, device)
 
 
 def _with_device(creator, kwargs: dict, device: torch.device) -> dict:

@@ -6,6 +6,7 @@ on such an env end to end is ``examples/torch_vector_env.py``'s test (tests/test
 
 from __future__ import annotations
 
+import re
 import sys
 
 import gymnasium as gym
@@ -330,3 +331,47 @@ def test_float64_observations_reach_the_module_as_float32_final_ones_too():
     for i in range(N):
         rows = expected_rows("same_step", i, T, T)[0]
         assert rollout.next_obs()[:, i].tolist() == [list(row["next_obs"]) for row in rows]
+
+
+class NumpyRewards(scripted_envs.ScriptedNextStep):
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = super().step(actions)
+        return obs, rewards.numpy(), terminated, truncated, info
+
+
+class RewardColumn(scripted_envs.ScriptedNextStep):
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = super().step(actions)
+        return obs, rewards[:, None], terminated, truncated, info
+
+
+class WideObservations(scripted_envs.ScriptedNextStep):
+    def _obs(self) -> torch.Tensor:
+        return torch.cat([super()._obs(), super()._obs()[:, :1]], dim=1)
+
+
+class NumpyFinalObsMask(scripted_envs.ScriptedSameStep):
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = super().step(actions)
+        return obs, rewards, terminated, truncated, {k: v.numpy() if k == "_final_obs" else v for k, v in info.items()}
+
+
+@pytest.mark.parametrize(
+    "env, error, message",
+    [
+        (
+            NumpyRewards,
+            TypeError,
+            "NumpyRewards.step() returned rewards as a numpy.ndarray: the device env runner reads torch",
+        ),
+        (RewardColumn, ValueError, f"RewardColumn.step() returned rewards of shape ({N}, 1): one per env, shape ({N},)"),
+        (WideObservations, ValueError, f"WideObservations.reset() returned observations of shape ({N}, 3), but num_envs={N}"),
+        (NumpyFinalObsMask, TypeError, "NumpyFinalObsMask.step() returned infos['_final_obs'] as a numpy.ndarray"),
+    ],
+)
+def test_a_tensor_envs_wrong_outputs_are_named_with_what_they_should_be(env, error, message):
+    """Not a raw error from inside the runner or the module ("'numpy.ndarray' object has no attribute 'bool'")."""
+    with pytest.raises(error, match=re.escape(message)):
+        runner = DeviceEnvRunner(config=config_for(env))
+        runner.sample()
+        runner.sample()  # the scripted SAME_STEP env's first episodes end in the second rollout at the latest
