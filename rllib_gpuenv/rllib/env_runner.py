@@ -302,6 +302,7 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
 
     # A local runner beside remote ones never makes its env (RLlib's default): it has no obs.
     _obs: torch.Tensor | None = None
+    _said_stateless = False  # that the env keeps no state a checkpoint could hold (said once)
 
     def __init__(self, *, config, **kwargs):
         # Only the driver's own runner (index 0, which RLlib builds beside remote ones too) refuses an
@@ -694,15 +695,31 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
 
     def rollout_state(self) -> dict | None:
         """Where the envs are, for exact resume (``checkpointing.py``): the env's state, the last
-        observations, the pending-reset mask and the episode window; None before the first rollout."""
-        if self._obs is None or not hasattr(self.env.unwrapped, "get_state"):  # wrappers hold no state
+        observations, the pending-reset mask and the episode window; None before the first rollout.
+        An env without ``get_state``/``set_state`` (yours, or gymnasium's through ``DeviceEnv``)
+        keeps only the episode window, so that the reported mean return goes on from it; its envs
+        start new episodes on restore, and the first save says so."""
+        if self._obs is None:
             return None
+        window = {"recent_episodes": list(self._recent_episodes)}
+        env = self.env.unwrapped
+        if not (hasattr(env, "get_state") and hasattr(env, "set_state")):  # wrappers hold no state
+            if not self._said_stateless:
+                logger.warning(
+                    "%s has no get_state()/set_state(): checkpoints keep the weights, optimizer, counters and "
+                    "episode window, but not where its envs are, and a restored run starts new episodes. To resume "
+                    "exactly, an env of your own can define get_state() (its state as a picklable dict) and "
+                    "set_state(state)",
+                    type(env).__name__,
+                )
+                self._said_stateless = True
+            return window
         return {
-            "env": self.env.unwrapped.get_state(),
+            "env": env.get_state(),
             "obs": self._obs.cpu().clone(),
             "prev_done": self._steps.prev_done.cpu().clone(),
             "episodes_so_far": self._steps.episodes_so_far(),
-            "recent_episodes": list(self._recent_episodes),
+            **window,
         }
 
     def set_module_weights(self, weights: dict[str, torch.Tensor], weights_seq_no: int) -> None:
@@ -731,13 +748,14 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
     def set_rollout_state(self, saved: dict) -> None:
         """Put the envs where ``rollout_state()`` found them (the same env). A checkpoint of
         another number of envs (a run going on from it with more or fewer) restores only the
-        episode window: the envs start new episodes."""
-        if saved["obs"].shape[0] == self.num_envs:
+        episode window: the envs start new episodes, as an env without state does (its checkpoint
+        holds only the window)."""
+        if "env" in saved and saved["obs"].shape[0] == self.num_envs:
             self.env.unwrapped.set_state(saved["env"])
             self._rollout_graph = None  # the envs' buffers and constants may be others now: record anew
             self._obs = saved["obs"].to(self._device)
             self._steps.resume(saved["prev_done"], saved.get("episodes_so_far"), self._device)
-        else:
+        elif "env" in saved:
             logger.warning(
                 "The checkpoint holds %d envs, this env runner has %d: its envs start new episodes "
                 "(the weights, optimizer and counters are restored)",

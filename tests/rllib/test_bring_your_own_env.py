@@ -375,3 +375,24 @@ def test_a_tensor_envs_wrong_outputs_are_named_with_what_they_should_be(env, err
         runner = DeviceEnvRunner(config=config_for(env))
         runner.sample()
         runner.sample()  # the scripted SAME_STEP env's first episodes end in the second rollout at the latest
+
+
+def test_a_checkpoint_of_an_env_without_state_keeps_the_episode_window_and_says_what_it_lacks(caplog):
+    """Where the envs are cannot be saved without the env's get_state/set_state: the restored runner
+    goes on with the episode window (the mean return reported does not jump), its envs start new
+    episodes, and the first save says how to resume exactly."""
+    from rllib_gpuenv.rllib.env_runner import DEVICE_ROLLOUT_STATE
+
+    runner = DeviceEnvRunner(config=config_for(ENV_SPECS["next_step"]))
+    for _ in range(2):
+        runner.sample()
+    window = list(runner._recent_episodes)
+    state, again = runner.get_state(), runner.get_state()
+    assert window and state[DEVICE_ROLLOUT_STATE] == {"recent_episodes": window} == again[DEVICE_ROLLOUT_STATE]
+    said = [r.getMessage() for r in caplog.records if "has no get_state()/set_state()" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("ScriptedNextStep has no get_state()/set_state(): checkpoints keep")
+
+    restored = DeviceEnvRunner(config=config_for(ENV_SPECS["next_step"]))
+    restored.set_state(state)
+    assert list(restored._recent_episodes) == window
+    restored.sample()  # new episodes, from a reset of its own
