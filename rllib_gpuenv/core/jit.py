@@ -136,6 +136,12 @@ def _global_names(code: types.CodeType) -> set[str]:
     return {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
 
 
+def global_functions(fn: Callable) -> dict[str, types.FunctionType]:
+    """The Python functions ``fn`` reads by global name: what numba compiles along with it."""
+    found = {name: fn.__globals__.get(name) for name in _global_names(fn.__code__)}
+    return {name: value for name, value in found.items() if isinstance(value, types.FunctionType)}
+
+
 def _rebind(fn: F, value: Callable[[Any], Any], const: Callable[[Any], Any] = lambda c: c, name: str | None = None) -> F:
     """A copy of ``fn`` whose globals and closure values pass through ``value`` and whose
     literals pass through ``const``."""

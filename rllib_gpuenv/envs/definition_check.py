@@ -4,10 +4,13 @@ rule that fixes them, not met later as torch's or numba's words deep inside a st
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from rllib_gpuenv.core.jit import is_jitable
+from rllib_gpuenv.core.jit import global_functions, is_jitable
 from rllib_gpuenv.envs.vector_env import GPUVectorEnv
+
+PACKAGE = __name__.split(".")[0]
 
 # torch's words for a mistake in an env function, and the rule it broke
 HINTS = (
@@ -19,6 +22,10 @@ HINTS = (
     (
         "only one element tensors can be converted to Python scalars",
         "math.* (or float(), int()) on the state: use ops' functions (ops.sin, ops.cos, ops.sqrt, ...) and ops.to_float",
+    ),
+    (
+        "not implemented for 'Float'",
+        "terminated, and conditions combined with &, | and ~, must be booleans (comparisons such as x > p.limit), not numbers",
     ),
     (
         "values to unpack",
@@ -41,6 +48,15 @@ def check_definition(env_class: type[GPUVectorEnv]) -> None:
         function = getattr(definition, name)
         if function is not None and not is_jitable(function):
             raise TypeError(f"{definition.id}: {name} must be marked @jitable (from rllib_gpuenv import jitable)")
+        if function is not None:
+            _check_called_functions(definition.id, function)
+    low, high = (np.asarray(bound, dtype=np.float64) for bound in definition.observation_bounds(definition.params()))
+    for which, bound in (("lows", low), ("highs", high)):
+        if bound.ndim and bound.shape != definition.obs_shape:
+            raise ValueError(
+                f"{definition.id}: observation_bounds gives {bound.size} {which} ({bound.shape}), one per number of the "
+                f"observation: obs_size is {definition.obs_size} (observe returns that many)"
+            )
     lows, highs = definition.reset_bounds(None, definition.params())
     if not len(lows) == len(highs) == definition.state_size:
         raise ValueError(
@@ -52,8 +68,29 @@ def check_definition(env_class: type[GPUVectorEnv]) -> None:
         env.reset(seed=0)
         for _ in range(2):
             env.step(torch.as_tensor(env.action_space.sample()))
+        state = env._bound.state_items(env._buffers.state, env._buffers.array)
+        returned = definition.step(state, torch.as_tensor(env.action_space.sample()), env.params)[0]
     except Exception as err:
         hint = next((rule for words, rule in HINTS if words in str(err)), None)
         if hint is None:
             raise  # the env's own error, from its own line
         raise TypeError(f"{definition.id}: {err}: {hint}") from err
+    if len(returned) != len(state):
+        raise TypeError(f"{definition.id}: step returns a state of {len(returned)} values: {HINTS[-1][1]}")
+
+
+def _check_called_functions(env_id: str, function, seen: set | None = None) -> None:
+    """Every Python function that ``function`` calls by a global name (and those call, in turn)
+    is marked @jitable: numba compiles the whole step into the kernels, and an unmarked helper
+    would fail there, in numba's words, only on a numba backend."""
+    seen = set() if seen is None else seen
+    for name, called in global_functions(function).items():
+        if called in seen or (called.__module__ or "").startswith(f"{PACKAGE}."):  # the package's own (ops) are jitable
+            continue
+        seen.add(called)
+        if not is_jitable(called):
+            raise TypeError(
+                f"{env_id}: {function.__name__} calls {name}(), which is not marked @jitable: mark it @jitable "
+                "(from rllib_gpuenv import jitable); the numba backends compile every function a step calls"
+            )
+        _check_called_functions(env_id, called, seen)

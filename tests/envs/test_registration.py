@@ -206,6 +206,30 @@ def _reach1d_source() -> str:
             r"only one element tensors .*: math.\* \(or float\(\), int\(\)\) on the state: use ops' functions",
         ),
         ("jitable", "@jitable\ndef step", "def step", r"step must be marked @jitable"),
+        (
+            "helper",
+            "    distance = abs(target - position)\n",
+            "    distance = farther(abs(target - position))\n",
+            r"step calls farther\(\), which is not marked @jitable: mark it @jitable",
+        ),
+        (
+            "float_flag",
+            "arrived = (distance < p.tolerance) & (abs(velocity) < p.tolerance)",
+            "arrived = ops.select(distance < p.tolerance, 1.0, 0.0) | (abs(velocity) < p.tolerance)",
+            r"terminated, and conditions combined with &, \| and ~, must be booleans",
+        ),
+        (
+            "state",
+            "return (position, velocity, target), ops.select(",
+            "return (position, velocity, target, target), ops.select(",
+            r"step returns a state of 4 values: step\(state, action, p\) returns",
+        ),
+        (
+            "obs",
+            "obs_size=2,",
+            "obs_size=3,",
+            r"observation_bounds gives 2 lows \(\(2,\)\), one per number of the observation: obs_size is 3",
+        ),
         ("params", "params=Reach1DParams,", "params=dict,", r"params must be a NamedTuple class"),
         (
             "names",
@@ -220,7 +244,8 @@ def test_mistakes_in_writing_an_env_are_named_where_it_is_registered(mistake, ol
     envs and names the mistake with the rule that fixes it (torch's words alone said neither)."""
     source = _reach1d_source()
     assert old in source
-    broken = "import math\n" + source.replace(old, new).replace("Reach1D-v0", f"Reach1DMistake{mistake}-v0")
+    helper = "def farther(x):  # a helper without @jitable\n    return x\n\n\n"
+    broken = "import math\n" + helper + source.replace(old, new).replace("Reach1D-v0", f"Reach1DMistake{mistake}-v0")
     with pytest.raises((TypeError, ValueError), match=message):
         exec(broken, {})  # noqa: S102 (the README's own code, changed)
     assert env_definition(f"Reach1DMistake{mistake}-v0") is None  # nothing registered
