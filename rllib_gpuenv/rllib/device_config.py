@@ -145,6 +145,7 @@ class DeviceRolloutsConfig:
                 resolve_device(device)  # an unknown or absent device fails here, clearly
         if isinstance(self.env, str) and ":" in self.env:
             check_prefixed_id(self.env)  # "gymnax:CartPole-v1" is not gymnasium's CartPole-v1
+        self._check_env_config_leaves_the_runner_its_settings()
         device_runners = isinstance(self.env_runner_cls, type) and issubclass(self.env_runner_cls, DeviceEnvRunner)
         self._check_what_the_device_path_runs(device_runners)
         if device_runners and self.merge_env_runner_states == "training_only":  # RLlib's default
@@ -176,6 +177,27 @@ class DeviceRolloutsConfig:
                 "env runners too: set num_env_runners=0, or layout='separate' (or 'auto')"
             )
         self._place_learner()
+
+    def _check_env_config_leaves_the_runner_its_settings(self) -> None:
+        """The runner gives every env it makes its ``num_envs`` and ``device``: the same keys in
+        ``env_config`` with other values would be dropped in silence."""
+        env_config = self.env_config or {}
+        given = env_config.get("num_envs", self.num_envs_per_env_runner)
+        if given != self.num_envs_per_env_runner:
+            raise ValueError(
+                f"env_config sets num_envs={given!r}, but each env runner makes num_envs_per_env_runner="
+                f"{self.num_envs_per_env_runner} envs: set env_runners(num_envs_per_env_runner={given!r}) and drop "
+                "num_envs from env_config"
+            )
+        from rllib_gpuenv.core.devices import resolve_device
+
+        runners = self.env_runner_device or "auto"
+        if "device" in env_config and resolve_device(str(env_config["device"])) != resolve_device(runners):
+            raise ValueError(
+                f"env_config sets device={env_config['device']!r}, but the env runners put their envs on their own "
+                f"device ({runners}): set devices(env_runners={str(env_config['device'])!r}) "
+                "and drop device from env_config"
+            )
 
     @property
     def _stock_algorithm(self) -> str:

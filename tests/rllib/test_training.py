@@ -320,6 +320,11 @@ def test_callbacks_without_per_episode_hooks_are_accepted():
         ),
         # what the device path would otherwise drop in silence (or crash on, deep in a training step)
         (
+            lambda c: c.environment(env_config={"num_envs": 4}),
+            r"env_config sets num_envs=4, but each env runner makes num_envs_per_env_runner=64 envs: set "
+            r"env_runners\(num_envs_per_env_runner=4\)",
+        ),
+        (
             lambda c: c.env_runners(env_runner_cls=SingleAgentEnvRunner),
             r"DevicePPO trains on DeviceEnvRunner's rollouts, but env_runner_cls=SingleAgentEnvRunner returns episodes",
         ),
