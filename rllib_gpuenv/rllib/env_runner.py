@@ -221,7 +221,9 @@ def bring_your_own_env(
     if isinstance(env_spec, str) and _global_registry.contains(ENV_CREATOR, env_spec):
         made_by = _global_registry.get(ENV_CREATOR, env_spec)
     elif isinstance(env_spec, type) and issubclass(env_spec, gym.vector.VectorEnv):
-        env = env_spec(num_envs=num_envs, **_with_device(env_spec, env_config, device))
+        kwargs = _with_device(env_spec, env_config, device)
+        _check_call(env_spec, env_spec.__name__, num_envs=num_envs, **kwargs)
+        env = env_spec(num_envs=num_envs, **kwargs)
     elif callable(env_spec) and not isinstance(env_spec, str):
         made_by = env_spec
     elif isinstance(env_spec, str):
@@ -239,6 +241,7 @@ def bring_your_own_env(
         creator = spec.vector_entry_point
         creator = load_env_creator(creator) if isinstance(creator, str) else creator
         kwargs = _with_device(creator, env_config, device)
+        _check_call(creator, f"{env_spec!r}'s vector_entry_point", num_envs=num_envs, **kwargs)
         env = gym.make_vec(env_spec, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
     else:
         raise ValueError(
@@ -264,6 +267,21 @@ def bring_your_own_env(
             f"use the device it is given (its 'device' argument), or put the runner there (devices(env_runners=...))"
         )
     return CheckTensorEnvOutputs(env, device)
+
+
+def _check_call(creator, name: str, **kwargs) -> None:
+    """That ``creator`` takes the keyword arguments the runner makes an env with, else an error
+    naming the convention (rather than Python's bare "missing 1 required positional argument")."""
+    try:
+        inspect.signature(creator).bind(**kwargs)
+    except TypeError as err:
+        raise TypeError(
+            f"{name}: {err}. The device env runner makes your env with keyword arguments: num_envs, device (where "
+            f"it takes one) and env_config's keys (here: {', '.join(kwargs)}): take those, or register a creator "
+            "that does (tune.register_env(name, lambda config: ...))"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): the call itself will say
+        pass
 
 
 def _with_device(creator, kwargs: dict, device: torch.device) -> dict:

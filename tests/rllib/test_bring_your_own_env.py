@@ -396,3 +396,20 @@ def test_a_checkpoint_of_an_env_without_state_keeps_the_episode_window_and_says_
     restored.set_state(state)
     assert list(restored._recent_episodes) == window
     restored.sample()  # new episodes, from a reset of its own
+
+
+class CountedOtherwise(scripted_envs.ScriptedNextStep):
+    def __init__(self, n_envs: int = 4, device="cpu"):  # not num_envs, which the runner passes
+        super().__init__(n_envs, device)
+
+
+@pytest.mark.parametrize(
+    "env, env_config, message",
+    [
+        (CountedOtherwise, {}, "CountedOtherwise: got an unexpected keyword argument 'num_envs'. The device env runner"),
+        (ENV_SPECS["next_step"], {"modee": 1}, "vector_entry_point: got an unexpected keyword argument 'modee'"),
+    ],
+)
+def test_an_env_that_takes_other_arguments_is_told_the_convention(env, env_config, message):
+    with pytest.raises(TypeError, match=re.escape(message) + r".*keyword arguments: num_envs, device \(where it takes one\)"):
+        DeviceEnvRunner(config=config_for(env).environment(env, env_config=env_config))
