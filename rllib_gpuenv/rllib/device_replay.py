@@ -142,7 +142,8 @@ class DeviceReplayConfig:
     def _validate_device_replay(self) -> None:
         name = self.algo_class.__name__
         envs = self.num_envs_per_env_runner * max(1, self.num_env_runners)
-        if not self.colocated_learners and envs % max(1, self.num_learners):
+        # (an evaluation config trains nothing: its copy says separate layout even where training is colocated)
+        if not self.colocated_learners and not self.in_evaluation and envs % max(1, self.num_learners):
             raise ValueError(
                 f"num_envs_per_env_runner × runners = {envs} envs do not split over {self.num_learners} learners "
                 f"(each learner's replay shard takes whole envs' rollouts): make it a multiple of {self.num_learners}"
@@ -169,6 +170,12 @@ class DeviceReplayConfig:
             raise ValueError(f"replay_buffer_config['capacity'] must be a positive integer, got {capacity!r}")
         if isinstance(self.n_step, (tuple, list)) or self.n_step < 1:
             raise ValueError(f"n_step must be a positive integer for {name}, got {self.n_step!r}")
+        if self.n_step > self.rollout_length:  # RLlib's own check asks for rollout_fragment_length, unused here
+            raise ValueError(
+                f"n_step={self.n_step} is longer than rollout_length={self.rollout_length}: an n-step return is summed "
+                f"within one rollout: set device_rollouts(rollout_length={self.n_step}) or more, or n_step <= "
+                f"{self.rollout_length}"
+            )
         intensity = self.training_intensity
         if intensity is not None and (
             isinstance(intensity, bool) or not isinstance(intensity, (int, float)) or not intensity > 0

@@ -9,7 +9,7 @@ import torch
 
 from rllib_gpuenv.experiments import load_config, load_experiments
 from rllib_gpuenv.experiments.shipped import config_file
-from rllib_gpuenv.rllib import DeviceSAC, DeviceSACConfig
+from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceSAC, DeviceSACConfig
 from rllib_gpuenv.rllib.device_replay import WEIGHTS
 
 SAC_FILE = config_file("gpu_pendulum_sac.yaml")
@@ -146,9 +146,22 @@ def test_a_checkpoint_restores_with_its_replay_buffer(tmp_path):
             r"priority: set it to 'EpisodeReplayBuffer' \(uniform\) or 'PrioritizedEpisodeReplayBuffer' \(by priority",
         ),
         ({"lr": 0.001}, r"For SAC use the specific learning rate parameters"),  # RLlib's own check
+        # RLlib's own n-step check failed on "'int' object is not subscriptable"
+        ({"n_step": 64}, r"n_step=64 is longer than rollout_length=\d+: .* set device_rollouts\(rollout_length=64\)"),
     ],
 )
 def test_a_setting_deviceSAC_cannot_train_with_fails_when_validated(change, message):
     config = DeviceSACConfig().environment("GPUPendulum-v1").training(**change)
     with pytest.raises(ValueError, match=message):
         config.validate()
+
+
+@pytest.mark.parametrize("make", [DeviceSACConfig, DeviceDQNConfig], ids=["DeviceSAC", "DeviceDQN"])
+def test_colocated_learners_that_do_not_divide_the_envs_validate_with_their_evaluation_config(make):
+    """Each colocated learner holds all num_envs_per_env_runner envs of its own: 3 learners need
+    no multiple of 3 (RLlib validates the evaluation config too, whose copy is not colocated)."""
+    config = make().environment("GPUPendulum-v1" if make is DeviceSACConfig else "GPUCartPole-v1").learners(num_learners=3)
+    config.env_runners(num_envs_per_env_runner=16)
+    config.validate()
+    assert config.colocated_learners
+    config.get_evaluation_config_object().validate()
