@@ -126,6 +126,20 @@ class DeviceDQNTorchRLModule(DefaultDQNTorchRLModule):
     """
 
     explores_with_device_step = True
+
+    def setup(self) -> None:
+        """RLlib's, after the check that the actions are ``Discrete`` for an env whose space the
+        config could not know (a gymnasium id, your own env): RLlib would fail later, naming a
+        deprecation that has nothing to do with it."""
+        from gymnasium import spaces
+
+        if not isinstance(self.action_space, spaces.Discrete):
+            raise ValueError(
+                f"the env has {self.action_space} actions, but DeviceDQN needs Discrete ones (it takes the action of "
+                "highest Q-value): train it with DevicePPO or DeviceSAC"
+            )
+        super().setup()
+
     # RLlib centres the dueling advantages with a mean that skips -inf (a masked action); its MLP
     # heads' outputs are finite, so here the plain mean, the same value to the bit. A subclass
     # whose advantage head masks actions with -inf sets this False and gets RLlib's.

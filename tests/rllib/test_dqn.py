@@ -5,6 +5,7 @@ in test_rllib_train.py: `rllib train --algo DeviceDQN` starts from them.)"""
 
 import copy
 
+import gymnasium as gym
 import pytest
 import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
@@ -268,3 +269,22 @@ def test_a_rollout_from_a_device_step_count_is_the_rollout_from_a_python_one():
             algo.stop()
     assert rows[0].keys() == rows[1].keys() and all(torch.equal(rows[0][k], rows[1][k]) for k in rows[0])
     assert not torch.equal(rows[1]["actions"], rows[2]["actions"])  # the step count reaches the draw: epsilon 0.6 vs 0.01
+
+
+def test_an_env_of_continuous_actions_that_the_config_cannot_see_is_named_when_the_module_is_built():
+    """A gymnasium id (or an env of your own): its action space is known once an env is made, where
+    RLlib's DQN module failed naming an unrelated deprecation."""
+    from ray.rllib.algorithms.dqn.dqn_catalog import DQNCatalog
+
+    from rllib_gpuenv.rllib.dqn import DeviceDQNTorchRLModule
+
+    pendulum = gym.make("Pendulum-v1")
+    with pytest.raises(
+        ValueError, match=r"the env has Box\(-2.0, 2.0, \(1,\), float32\) actions, but DeviceDQN needs Discrete"
+    ):
+        DeviceDQNTorchRLModule(
+            observation_space=pendulum.observation_space,
+            action_space=pendulum.action_space,
+            model_config=DeviceDQNConfig().model_config,
+            catalog_class=DQNCatalog,
+        )
