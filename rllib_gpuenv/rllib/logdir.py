@@ -36,7 +36,15 @@ def stop_algorithm(algo) -> None:
 
 class LeavesNoEmptyLogdir:
     """Mixin: ``stop()`` removes the algorithm's log folder if Tune made it outside a run and it
-    is still empty (``remove_empty_logdir``)."""
+    is still empty (``remove_empty_logdir``), and so does a build that fails (a setting the
+    cluster cannot place, found in ``setup()``, after Tune made the folder)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            remove_empty_logdir(self)
+            raise
 
     def stop(self) -> None:
         super().stop()

@@ -60,9 +60,16 @@ BUILD_CASES = [
 
 
 @pytest.mark.parametrize("algo_config, message", BUILD_CASES)
-def test_build_algo_fails_at_once_naming_the_setting_and_the_fix(algo_config, message):
+def test_build_algo_fails_at_once_naming_the_setting_and_the_fix(algo_config, message, tmp_path, monkeypatch):
+    """... and leaves no empty log folder of the failed build in ~/ray_results (here: tmp_path)."""
+    import ray.train.constants
+    from ray.tune.trainable import trainable
+
+    monkeypatch.setattr(trainable, "DEFAULT_STORAGE_PATH", str(tmp_path))  # where Tune makes an algorithm's folder
+    monkeypatch.setattr(ray.train.constants, "DEFAULT_STORAGE_PATH", str(tmp_path))
     with pytest.raises(ResourceError, match=message):
         algo_config.build_algo()
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(
