@@ -186,7 +186,14 @@ class LearnerCalls:
     def set_state(self, state: dict) -> None:
         saved = state.get(COLOCATED_STATE)
         super().set_state({k: v for k, v in state.items() if k != COLOCATED_STATE})
-        if saved is None or not self.config.colocated_learners:
+        if saved is None:
+            return
+        if not self.config.colocated_learners:  # going on with the envs on env runners (num_learners 0 or 1, separate)
+            logger.warning(
+                "The checkpoint holds the envs of %d colocated learner(s), this run steps its envs on its env runners: "
+                "they start new episodes (the weights, optimizer and counters are restored)",
+                len(saved),
+            )
             return
         if len(saved) != self.config.num_learners:  # going on with more or fewer learners (rllib train --restore)
             logger.warning(

@@ -143,6 +143,13 @@ def test_colocated_ppo_learners_train_evaluate_resume_exactly_and_name_a_dead_on
     finally:
         more.stop()
 
+    local = restoring(ppo(num_learners=0), path).build_algo()  # one local learner: the envs on the env runner
+    try:
+        assert "envs of 2 colocated learner(s), this run steps its envs on its env runners: they start new" in caplog.text
+        assert local.train()["training_iteration"] == 3
+    finally:
+        local.stop()
+
 
 def _kl_coeff(learner) -> float:
     return float(learner.curr_kl_coeffs_per_module[DEFAULT_MODULE_ID])
