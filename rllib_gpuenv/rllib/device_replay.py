@@ -38,6 +38,8 @@ RLlib's ``n_step`` column says).
 
 from __future__ import annotations
 
+import difflib
+
 import torch
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.core import DEFAULT_MODULE_ID
@@ -67,6 +69,7 @@ SCHEDULES_STATE = "device_dqn_schedules"  # the name checkpoints of DeviceDQN ha
 UNIFORM_BUFFER_TYPES = ("EpisodeReplayBuffer", "MultiAgentEpisodeReplayBuffer")
 PRIORITIZED_BUFFER_TYPES = ("PrioritizedEpisodeReplayBuffer", "MultiAgentPrioritizedEpisodeReplayBuffer")
 PRIORITY_DEFAULTS = {"alpha": 0.6, "beta": 0.4}  # RLlib's DQN and SAC configs' own
+BUFFER_SETTINGS = ("type", "capacity", *PRIORITY_DEFAULTS)  # what the device buffers read of replay_buffer_config
 
 
 def buffer_type_name(replay_buffer_config: dict) -> str:
@@ -148,6 +151,13 @@ class DeviceReplayConfig:
                 f"num_envs_per_env_runner × runners = {envs} envs do not split over {self.num_learners} learners "
                 f"(each learner's replay shard takes whole envs' rollouts): make it a multiple of {self.num_learners}"
             )
+        for key in self.replay_buffer_config:  # a misspelt one was dropped in silence
+            near = difflib.get_close_matches(str(key), BUFFER_SETTINGS, n=1, cutoff=0.6)
+            if key not in BUFFER_SETTINGS and near:
+                raise ValueError(
+                    f"replay_buffer_config[{key!r}] is no setting of {name}'s buffer: did you mean {near[0]!r}? (it takes "
+                    f"{', '.join(BUFFER_SETTINGS[:2])}, and {' and '.join(BUFFER_SETTINGS[2:])} for prioritized replay)"
+                )
         type_name = buffer_type_name(self.replay_buffer_config)
         if type_name not in UNIFORM_BUFFER_TYPES + PRIORITIZED_BUFFER_TYPES:
             raise ValueError(

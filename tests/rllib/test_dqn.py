@@ -195,6 +195,10 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         ({"train_batch_size_per_learner": 0}, r"train_batch_size_per_learner is DeviceDQN's minibatch .*got 0"),
         ({"replay_buffer_config": {"capacity": 0}}, r"replay_buffer_config\['capacity'\] must be a positive integer, got 0"),
         ({"n_step": 0}, r"n_step must be a positive integer for DeviceDQN, got 0"),
+        (
+            {"replay_buffer_config": {"capacity": 100, "typ": "EpisodeReplayBuffer"}},  # was dropped: still prioritized
+            r"replay_buffer_config\['typ'\] is no setting of DeviceDQN's buffer: did you mean 'type'\?",
+        ),
         # not RLlib's advice to set rollout_fragment_length, which the device path then refuses
         ({"n_step": 32}, r"n_step=32 is longer than rollout_length=16: .* set device_rollouts\(rollout_length=32\)"),
         ({"training_intensity": -1}, r"training_intensity is env steps trained per env step sampled: a number > 0 .*got -1"),
