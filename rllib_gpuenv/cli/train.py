@@ -167,6 +167,15 @@ def restore_clocks(algo, checkpoint) -> None:
         algo.evaluation_time_total_s = clocks["evaluation_time_total_s"]
 
 
+def _storage_path_of(checkpoint: str | None) -> str:
+    """Where a resumed run writes its folder: beside the run that saved ``checkpoint`` (the main
+    job's ``<storage>/<run>/checkpoint``, which holds ``RUN_FILE``), not in the folder the command
+    happens to run from; else the default."""
+    if checkpoint and (Path(checkpoint) / RUN_FILE).is_file():
+        return str(Path(checkpoint).resolve().parent.parent)
+    return DEFAULT_STORAGE_PATH
+
+
 def resumed_experiment(checkpoint, config_file, device, seed, num_learners) -> tuple[str, str, dict]:
     """What a resumed run goes on with: its experiment file, name and stop criteria. Those the
     checkpoint's run saved (``RUN_FILE``), unless ``--config-file`` names a file, whose algorithm,
@@ -381,9 +390,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--storage-path",
-        default=DEFAULT_STORAGE_PATH,
-        help="each run writes a folder here: progress.csv, result.json, TensorBoard events, checkpoint/ (default: "
-        "%(default)s)",
+        help=f"each run writes a folder here: progress.csv, result.json, TensorBoard events, checkpoint/ (default: "
+        f"{DEFAULT_STORAGE_PATH}; with --resume, where the checkpoint's own run wrote its folder)",
     )
     parser.add_argument(
         "--progress-bar",
@@ -413,7 +421,7 @@ def _command(args) -> int:
         args.seed,
         args.target,
         args.max_iterations,
-        args.storage_path,
+        args.storage_path or _storage_path_of(args.resume),
         args.progress_bar,
         args.num_learners,
         args.resume,

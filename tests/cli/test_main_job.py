@@ -302,12 +302,14 @@ def test_resume_goes_on_with_the_experiment_the_checkpoint_ran(tmp_path):
     file, name and stop criteria the checkpoint's run had, not the main job's CartPole file's; a
     file that does not fit the checkpoint, or a setting other than the checkpoint's, is one line
     that names the fix."""
-    from rllib_gpuenv.cli.train import RUN_FILE
+    from rllib_gpuenv.cli.train import RUN_FILE, _storage_path_of
     from rllib_gpuenv.experiments.errors import ExperimentError
 
     acrobot = config_file("gpu_acrobot_ppo.yaml")
     with contextlib.redirect_stdout(io.StringIO()):
         first = train(acrobot, device="cpu", seed=0, max_iterations=2, storage_path=str(tmp_path), progress_bar=False)
+    # without --storage-path the resumed run writes beside the first, not into the folder the command runs from
+    assert _storage_path_of(first.checkpoint) == str(tmp_path.resolve()) and _storage_path_of(None) == "results"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         train(resume=first.checkpoint, max_iterations=3, storage_path=str(tmp_path), progress_bar=False)
