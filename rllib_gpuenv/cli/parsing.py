@@ -16,14 +16,20 @@ def _subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ar
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """``parser.parse_args(argv)``; arguments it does not know are an error in the usage of the
-    command they were given to, each option named with the closest one that command has."""
+    command they were given to, each option named with the closest one that command has, or with
+    the hint its parser keeps for it (``parser.option_hints``: an option of another command)."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = _subcommand(parser, args)
         options = [option for action in command._actions for option in action.option_strings]
         named = []
+        hints = getattr(command, "option_hints", {})
         for word in unknown:
-            close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1) if word.startswith("-") else []
-            named.append(f"{word} (did you mean {close[0]}?)" if close else word)
+            option = word.split("=", 1)[0]
+            close = difflib.get_close_matches(option, options, n=1) if word.startswith("-") else []
+            if option in hints:
+                named.append(f"{word} ({hints[option]})")
+            else:
+                named.append(f"{word} (did you mean {close[0]}?)" if close else word)
         command.error(f"unrecognized arguments: {' '.join(named)}")
     return args

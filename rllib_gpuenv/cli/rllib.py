@@ -125,6 +125,12 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=TRAIN_DESCRIPTION,
     )
+    # options of `rllib-gpuenv train` (the main job) that `rllib train` spells otherwise
+    train.option_hints = {
+        "--device": 'rllib train sets devices in the config: --config \'{"devices": {"learner": "cuda", '
+        '"env_runners": "cuda"}}\'',
+        "--num-learners": "rllib train sets them in the config: --config '{\"num_learners\": 2}'",
+    }
     train.add_argument("source", nargs="*", metavar="file PATH", help="`file` followed by one or more experiment files")
     train.add_argument(
         "-f",

@@ -87,6 +87,9 @@ def test_train_refuses_bad_input_before_ray_starts(tmp_path):
     assert "Started a local Ray instance" not in out.stderr, out.stderr[-2000:]
     out = rllib("train", "-f", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
+    # the main job's options, as rllib train spells them
+    out = rllib("train", "--algo", "DevicePPO", "--env", "GPUCartPole-v1", "--device", "cpu")
+    assert out.returncode == 2 and '--device (rllib train sets devices in the config: --config \'{"devices"' in out.stderr
 
 
 def test_old_command_lines_parse_as_they_did_or_say_what_replaced_them(caplog):
