@@ -59,6 +59,15 @@ def check_restore(path, config, where: str, base_dir: str = ".", key: str = "res
             f"{path} was trained on {saved.env}, but the experiment runs {config.env}: its networks are sized for "
             f"its env's spaces: restore it into an experiment on {saved.env}",
         )
+    if getattr(saved, "checkpoint_replay_buffer", False) and getattr(config, "checkpoint_replay_buffer", None) is not None:
+        held, learners = max(1, saved.num_learners), max(1, config.num_learners)
+        if held != learners:  # the trial would fail on it after Ray's start (device_replay.py)
+            raise key_error(
+                where,
+                key,
+                f"{path} holds {held} replay buffer shard(s), one per learner, but the experiment has "
+                f"num_learners={config.num_learners}: restore it with num_learners={saved.num_learners}",
+            )
     networks, saved_networks = network_settings(config), network_settings(saved)
     differ = [name for name in networks if saved_networks[name] != networks[name]]
     if differ:

@@ -292,3 +292,21 @@ def test_an_env_of_continuous_actions_that_the_config_cannot_see_is_named_when_t
             model_config=DeviceDQNConfig().model_config,
             catalog_class=DQNCatalog,
         )
+
+
+def test_a_checkpoint_whose_buffer_has_other_shards_is_refused_before_anything_starts(tmp_path):
+    """`rllib train --restore` with another number of learners than the checkpoint's replay shards:
+    named when the experiment is loaded (the trial failed on it after Ray's start)."""
+    from rllib_gpuenv.experiments.errors import ExperimentError
+    from rllib_gpuenv.experiments.restore import check_restore
+
+    config = small_config().device_replay(checkpoint_replay_buffer=True)
+    algo = config.build_algo()
+    try:
+        algo.train()
+        path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+    finally:
+        algo.stop()
+    assert check_restore(path, config.copy(copy_frozen=False), where="x.yaml") == path
+    with pytest.raises(ExperimentError, match=r"holds 1 replay buffer shard\(s\), one per learner, but the experiment has "):
+        check_restore(path, config.copy(copy_frozen=False).learners(num_learners=2), where="x.yaml")
