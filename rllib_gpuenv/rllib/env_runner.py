@@ -755,13 +755,15 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         # An evaluation runner synced from the training runner keeps its own envs' positions, and
         # with colocated learners the driver's runner has none to take.
         driver_of_colocated = getattr(self.config, "colocated_learners", False) and not self.worker_index
-        if (
-            saved is not None
-            and getattr(self, "env", None) is not None
-            and not self.config.in_evaluation
-            and not driver_of_colocated
-        ):
+        if saved is None or getattr(self, "env", None) is None or self.config.in_evaluation:
+            return
+        if not driver_of_colocated:
             self.set_rollout_state(saved)
+        elif "env" in saved:  # a checkpoint of a run whose envs were on env runners (the colocated driver saves none)
+            logger.warning(
+                "The checkpoint holds the envs of an env runner, this run's colocated learners step envs of their own: "
+                "they start new episodes (the weights, optimizer and counters are restored)"
+            )
 
     def set_rollout_state(self, saved: dict) -> None:
         """Put the envs where ``rollout_state()`` found them (the same env). A checkpoint of

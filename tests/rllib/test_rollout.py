@@ -209,3 +209,31 @@ def test_replay_buffer_that_does_not_fit_says_so():
     assert buffer.size == 5 and buffer.added == 7
     assert sorted(buffer.columns["rewards"].tolist()) == [2.0, 3.0, 4.0, 5.0, 6.0]  # the newest kept
     np.testing.assert_array_equal(sorted(buffer.sample(100)["rewards"].unique().tolist()), [2.0, 3.0, 4.0, 5.0, 6.0])
+
+
+def test_a_runners_checkpoint_restored_into_colocated_learners_says_their_envs_start_anew(caplog):
+    """The colocated learners step envs of their own; the driver's runner (envs only for the
+    spaces) keeps no checkpointed envs, and says that the ones the checkpoint holds are not used."""
+    from rllib_gpuenv.rllib.env_runner import DEVICE_ROLLOUT_STATE, DeviceEnvRunner
+
+    def config():
+        return (
+            DevicePPOConfig()
+            .environment("GPUCartPole-v1")
+            .env_runners(num_envs_per_env_runner=4)
+            .device_rollouts(rollout_length=4)
+            .devices(learner="cpu", env_runners="cpu")
+            .training(minibatch_size=16, num_epochs=1)
+        )
+
+    runner = DeviceEnvRunner(config=config())
+    runner.sample()
+    state = runner.get_state()
+    assert "env" in state[DEVICE_ROLLOUT_STATE]
+    colocated = config().learners(num_learners=2)
+    colocated.validate()
+    assert colocated.colocated_learners
+    driver = DeviceEnvRunner(config=colocated)
+    driver.set_state(state)
+    assert "this run's colocated learners step envs of their own: they start new episodes" in caplog.text
+    assert driver.num_envs == 1
