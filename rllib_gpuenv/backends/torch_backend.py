@@ -31,7 +31,7 @@ class TorchBackend(Backend):
             state = torch.where(resetting, initial.to(self.dtype), state)
             if array is not None:
                 array = torch.where(resetting, initial_array.to(self.dtype), array)
-        action = actions if self.env.discrete else tuple(actions.T.to(self.dtype))  # float32 values, in the state's precision
+        action = self.env.action_items(actions, self.dtype)
         with ops.tensor_float(self.dtype):
             new_state, obs, reward, terminated, truncated, steps, ep_return = self.env.advance(
                 resetting, action, self.env.state_items(state, array), b.steps, b.ep_return, constants.max_steps

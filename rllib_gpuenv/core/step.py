@@ -304,6 +304,11 @@ class BoundEnv:
         ]
         return torch.stack(rows), (items[-1] if self.has_array else None)
 
+    def action_items(self, actions: torch.Tensor, dtype: torch.dtype):
+        """Tensors: the ``(N,)`` actions as ``step`` sees them, or a ``Box`` action's components as
+        rows (float32 values, in the state's precision)."""
+        return actions if self.discrete else tuple(actions.T.to(dtype))
+
     def state_items(self, numbers: torch.Tensor, array: torch.Tensor | None) -> tuple:
         """The state as ``step`` sees it on tensors: ``(S, N)`` numbers as rows, then the array."""
         return (*numbers, array) if self.has_array else tuple(numbers)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from rllib_gpuenv.core.jit import global_functions, is_jitable
+from rllib_gpuenv.core.ops import tensor_float
 from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
 PACKAGE = __name__.split(".")[0]
@@ -68,8 +69,12 @@ def check_definition(env_class: type[GPUVectorEnv]) -> None:
         env.reset(seed=0)
         for _ in range(2):
             env.step(torch.as_tensor(env.action_space.sample()))
-        state = env._bound.state_items(env._buffers.state, env._buffers.array)
-        returned = definition.step(state, torch.as_tensor(env.action_space.sample()), env.params)[0]
+        bound, buffers = env._bound, env._buffers
+        state = bound.state_items(buffers.state, buffers.array)
+        with tensor_float(env.dtype):  # one step as the torch backend takes it, the state returned kept whole
+            returned = definition.step(
+                state, bound.action_items(env._action_tensor(env.action_space.sample()), env.dtype), env.params
+            )[0]
     except Exception as err:
         hint = next((rule for words, rule in HINTS if words in str(err)), None)
         if hint is None:

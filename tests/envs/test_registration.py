@@ -249,3 +249,16 @@ def test_mistakes_in_writing_an_env_are_named_where_it_is_registered(mistake, ol
     with pytest.raises((TypeError, ValueError), match=message):
         exec(broken, {})  # noqa: S102 (the README's own code, changed)
     assert env_definition(f"Reach1DMistake{mistake}-v0") is None  # nothing registered
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_each_shipped_definition_passes_the_check_a_users_definition_gets(env_id):
+    """The suite's definitions, registered as a user's would be (another id): the definition check
+    (discrete and Box actions, an array, float32 and float64) refuses none of them."""
+    from rllib_gpuenv import make_vector_env
+
+    copy_id = f"Copy{env_id}"
+    register_env(dataclasses.replace(env_definition(env_id), id=copy_id, gymnasium_env=None))
+    env = make_vector_env(copy_id, 2, backend="torch")
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
