@@ -187,6 +187,13 @@ def test_seeds_params_and_state():
             r"^'gymnax:CartPole-v1': env_config 'gravty' is neither a field of gymnax's params for it \(.*gravity.*\) "
             r"nor an argument of CartPole\(\) \(none\)$",
         ),
+        (
+            "gymnax:CartPole-v1",
+            {"max_steps_in_episode": "ten"},  # was int()'s "invalid literal", naming neither the env nor the field
+            ValueError,
+            r"^'gymnax:CartPole-v1': env_config max_steps_in_episode='ten': gymnax's params for it take a number there "
+            r"\(int, default 500\)$",
+        ),
         ("brax:antt", {}, ValueError, r"^'brax:antt': Brax has no env 'antt': did you mean ant\? Brax's envs: ant, fast, "),
         (
             "brax:inverted_pendulum",
