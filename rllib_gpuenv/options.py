@@ -35,7 +35,8 @@ def count(minimum: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def _number(text: str) -> float:
+def number(text: str) -> float:
+    """A finite number (a target return: no NaN, which nothing would ever reach)."""
     try:
         value = float(text)
     except ValueError:
@@ -45,14 +46,9 @@ def _number(text: str) -> float:
     return value
 
 
-def number(text: str) -> float:
-    """A finite number (a target return: no NaN, which nothing would ever reach)."""
-    return _number(text)
-
-
 def seconds(text: str) -> float:
     """A time in seconds, more than 0."""
-    value = _number(text)
+    value = number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value

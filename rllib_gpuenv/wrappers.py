@@ -155,6 +155,11 @@ class ObservationTransform(VectorWrapper):
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def _declare(self, single_space: gym.Space) -> None:
+        """The observation space the transform hands on (one env's, and the batch's)."""
+        self.single_observation_space = single_space
+        self.observation_space = batch_space(single_space, self.env.num_envs)
+
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
         return self.observations(obs), info
@@ -189,13 +194,14 @@ class RescaleObservations(ObservationTransform):
         lo, hi = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)  # unbounded: the identity
         self._scale = torch.as_tensor(2.0 / (hi - lo), dtype=torch.float32)
         self._center = torch.as_tensor((hi + lo) / 2.0, dtype=torch.float32)
-        self.single_observation_space = gym.spaces.Box(
-            np.where(bounded, -1.0, low).astype(space.dtype),
-            np.where(bounded, 1.0, high).astype(space.dtype),
-            space.shape,
-            space.dtype,
+        self._declare(
+            gym.spaces.Box(
+                np.where(bounded, -1.0, low).astype(space.dtype),
+                np.where(bounded, 1.0, high).astype(space.dtype),
+                space.shape,
+                space.dtype,
+            )
         )
-        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
         if self._scale.device != obs.device:
@@ -214,10 +220,7 @@ class Float32Observations(ObservationTransform):
         if not isinstance(space, gym.spaces.Box):
             raise TypeError(f"Float32Observations needs a Box observation space, {env} has {space}")
         super().__init__(env)
-        self.single_observation_space = gym.spaces.Box(
-            space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
-        )
-        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+        self._declare(gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32))
 
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.to(torch.float32)
@@ -234,8 +237,7 @@ class FlatObservations(ObservationTransform):
         if not isinstance(space, gym.spaces.Box):
             raise TypeError(f"FlatObservations needs a Box observation space, {env} has {space}")
         super().__init__(env)
-        self.single_observation_space = gym.spaces.Box(space.low.reshape(-1), space.high.reshape(-1), None, space.dtype)
-        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+        self._declare(gym.spaces.Box(space.low.reshape(-1), space.high.reshape(-1), None, space.dtype))
 
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.reshape(obs.shape[0], -1)
@@ -263,8 +265,7 @@ class OneHotObservations(ObservationTransform):
         counts = torch.tensor(sizes)
         self._component = torch.repeat_interleave(torch.arange(len(sizes)), counts)
         self._value = torch.cat([torch.arange(n) for n in sizes]) + torch.tensor(starts).repeat_interleave(counts)
-        self.single_observation_space = gym.spaces.Box(0.0, 1.0, (sum(sizes),), np.float32)
-        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+        self._declare(gym.spaces.Box(0.0, 1.0, (sum(sizes),), np.float32))
 
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
         if self._value.device != obs.device:  # once: the columns' tensors live where the observations do

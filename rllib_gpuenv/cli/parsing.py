@@ -27,9 +27,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
         for word in unknown:
             option = word.split("=", 1)[0]
             close = difflib.get_close_matches(option, options, n=1) if word.startswith("-") else []
-            if option in hints:
-                named.append(f"{word} ({hints[option]})")
-            else:
-                named.append(f"{word} (did you mean {close[0]}?)" if close else word)
+            hint = hints.get(option) or (f"did you mean {close[0]}?" if close else None)
+            named.append(f"{word} ({hint})" if hint else word)
         command.error(f"unrecognized arguments: {' '.join(named)}")
     return args

@@ -70,12 +70,13 @@ def make_gymnax_env(env_spec: str, num_envs: int, device: torch.device, env_conf
             env, params = import_gymnax().make(name, **dict(constructor))
     for key in (k for k in env_config if k in fields):  # a number where gymnax has one (else int() fails, nameless)
         default, value = getattr(params, key), env_config[key]
-        if isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            if not isinstance(default, bool) or not isinstance(value, bool):
-                raise ValueError(
-                    f"{env_spec!r}: env_config {key}={value!r}: gymnax's params for it take a number there "
-                    f"({type(default).__name__}, default {default!r})"
-                )
+        same_kind = isinstance(value, (int, float)) and isinstance(value, bool) == isinstance(default, bool)
+        if isinstance(default, (int, float)) and not same_kind:
+            kind = "true or false" if isinstance(default, bool) else "a number"
+            raise ValueError(
+                f"{env_spec!r}: env_config {key}={value!r}: gymnax's params for it take {kind} there "
+                f"({type(default).__name__}, default {default!r})"
+            )
     params = params.replace(**{k: v for k, v in env_config.items() if k in fields})
     return GymnaxVectorEnv(env, num_envs, device, params)
 

@@ -29,7 +29,7 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_gpuenv.rllib.checkpointing import random_generator_states, set_random_generator_states
-from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner
+from rllib_gpuenv.rllib.env_runner import DeviceEnvRunner, envs_start_anew
 
 logger = logging.getLogger(__name__)
 
@@ -189,16 +189,14 @@ class LearnerCalls:
         if saved is None:
             return
         if not self.config.colocated_learners:  # going on with the envs on env runners (num_learners 0 or 1, separate)
-            logger.warning(
-                "The checkpoint holds the envs of %d colocated learner(s), this run steps its envs on its env runners: "
-                "they start new episodes (the weights, optimizer and counters are restored)",
+            envs_start_anew(
+                "The checkpoint holds the envs of %d colocated learner(s), this run steps its envs on its env runners: they",
                 len(saved),
             )
             return
         if len(saved) != self.config.num_learners:  # going on with more or fewer learners (rllib train --restore)
-            logger.warning(
-                "The checkpoint holds the envs of %d colocated learner(s), this run has %d: their envs start new "
-                "episodes (the weights, optimizer and counters are restored)",
+            envs_start_anew(
+                "The checkpoint holds the envs of %d colocated learner(s), this run has %d: their envs",
                 len(saved),
                 self.config.num_learners,
             )

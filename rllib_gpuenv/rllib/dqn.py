@@ -134,10 +134,7 @@ class DeviceDQNTorchRLModule(DefaultDQNTorchRLModule):
         from gymnasium import spaces
 
         if not isinstance(self.action_space, spaces.Discrete):
-            raise ValueError(
-                f"the env has {self.action_space} actions, but DeviceDQN needs Discrete ones (it takes the action of "
-                "highest Q-value): train it with DevicePPO or DeviceSAC"
-            )
+            raise _needs_discrete_actions("the env", self.action_space)
         super().setup()
 
     # RLlib centres the dueling advantages with a mean that skips -inf (a masked action); its MLP
@@ -248,10 +245,14 @@ class DeviceDQNConfig(DeviceReplayConfig, DeviceRolloutsConfig, DQNConfig):
             return
         space = definition.action_space(definition.params())  # the kind of space does not depend on the parameters
         if not isinstance(space, spaces.Discrete):
-            raise ValueError(
-                f"the env {definition.id} has {space} actions, but DeviceDQN needs Discrete ones (it takes the action "
-                f"of highest Q-value): train it with DevicePPO or DeviceSAC"
-            )
+            raise _needs_discrete_actions(f"the env {definition.id}", space)
+
+
+def _needs_discrete_actions(env: str, space) -> ValueError:
+    return ValueError(
+        f"{env} has {space} actions, but DeviceDQN needs Discrete ones (it takes the action of highest Q-value): "
+        "train it with DevicePPO or DeviceSAC"
+    )
 
 
 class DeviceDQN(DeviceAlgorithm, DeviceReplayAlgorithm, DQN):

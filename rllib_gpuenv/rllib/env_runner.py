@@ -140,6 +140,12 @@ def check_prefixed_id(env_spec: str) -> None:
         )
 
 
+def envs_start_anew(why: str, *args) -> None:
+    """Say that a checkpoint's envs are not used: ``why`` (%-formatted with ``args``), ending with
+    the envs it is about, which start new episodes; the rest of the checkpoint is restored."""
+    logger.warning(why + " start new episodes (the weights, optimizer and counters are restored)", *args)
+
+
 def as_the_module_sees_it(env: gym.vector.VectorEnv, config) -> gym.vector.VectorEnv:
     """``env`` with the observation wrappers between it and the module: ``Discrete`` observations
     one-hot (``OneHotObservations``: RLlib's default networks take ``Box`` ones only), ``Box`` ones
@@ -760,9 +766,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
         if not driver_of_colocated:
             self.set_rollout_state(saved)
         elif "env" in saved:  # a checkpoint of a run whose envs were on env runners (the colocated driver saves none)
-            logger.warning(
-                "The checkpoint holds the envs of an env runner, this run's colocated learners step envs of their own: "
-                "they start new episodes (the weights, optimizer and counters are restored)"
+            envs_start_anew(
+                "The checkpoint holds the envs of an env runner, this run's colocated learners step envs of their own: they"
             )
 
     def set_rollout_state(self, saved: dict) -> None:
@@ -776,11 +781,8 @@ class DeviceEnvRunner(SingleAgentEnvRunner):
             self._obs = saved["obs"].to(self._device)
             self._steps.resume(saved["prev_done"], saved.get("episodes_so_far"), self._device)
         elif "env" in saved:
-            logger.warning(
-                "The checkpoint holds %d envs, this env runner has %d: its envs start new episodes "
-                "(the weights, optimizer and counters are restored)",
-                saved["obs"].shape[0],
-                self.num_envs,
+            envs_start_anew(
+                "The checkpoint holds %d envs, this env runner has %d: its envs", saved["obs"].shape[0], self.num_envs
             )
         self._recent_episodes.clear()
         self._recent_episodes.extend(saved["recent_episodes"])
