@@ -331,7 +331,10 @@ class CheckTensorEnvOutputs(VectorWrapper):
         super().__init__(env)
         self.device = canonical_device(device)
         self._name = type(env.unwrapped).__name__
-        self._reset_checked = self._step_checked = self._final_checked = False
+        self._reset_checked = self._step_checked = False
+        # only a SAME_STEP env hands over final observations: the others' steps pass through once checked
+        mode = (env.metadata or {}).get("autoreset_mode")
+        self._final_checked = getattr(mode, "value", mode) != AutoresetMode.SAME_STEP.value
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -342,14 +345,19 @@ class CheckTensorEnvOutputs(VectorWrapper):
 
     def step(self, actions):
         result = self.env.step(actions)
+        if self._step_checked and self._final_checked:
+            return result
+        obs, rewards, terminated, truncated, info = result
+        outputs = {}
+        if not self._step_checked:
+            outputs = {"observations": obs, "rewards": rewards, "terminated": terminated, "truncated": truncated}
         if not self._final_checked:
-            obs, rewards, terminated, truncated, info = result
-            outputs = {}
-            if not self._step_checked:
-                outputs = {"observations": obs, "rewards": rewards, "terminated": terminated, "truncated": truncated}
             final = {f"infos[{k!r}]": info[k] for k in ("final_obs", "_final_obs") if isinstance(info, dict) and k in info}
-            self._check("step", {**outputs, **final})
-            self._step_checked, self._final_checked = True, bool(final)
+            outputs.update(final)
+            self._final_checked = bool(final)
+        if outputs:  # (a SAME_STEP env without final observations, Isaac Lab's style, has none to check)
+            self._check("step", outputs)
+        self._step_checked = True
         return result
 
     def _check(self, method: str, outputs: dict) -> None:
