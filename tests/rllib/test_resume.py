@@ -223,17 +223,30 @@ def _record_init(path: str, **_) -> None:
         f.write(f"{os.getpid()}\n")
 
 
+def _record_iteration(path: str, *, algorithm, result, **_) -> None:
+    """What an iteration trained with, written by the trial's process: Tune's result files of an
+    exploited trial may lose rows (its logger copies the storage's older result.json over the
+    fresh one when the trial starts again from a checkpoint), and a fresh RLlib actor does not know
+    its trial's id (``Algorithm`` drops Tune's trial info from the config dict)."""
+    learned = result["learners"]["default_policy"]["default_optimizer_learning_rate"]
+    with open(path, "a") as f:
+        f.write(f"{result['training_iteration']} {algorithm.config.lr} {learned}\n")
+
+
 def test_pbt_exploits_in_the_trials_actors(tmp_path):
     """Tune's PBT with reuse_actors (as `rllib train` sets it for the device algorithms): an
     exploit builds the algorithm again in a running actor (a process builds it twice; without
     reset_config, Tune would fail the trial), and each iteration trains with the lr of the config
-    Tune reports for it."""
+    Tune gave it."""
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
 
-    inits = tmp_path / "inits"
+    inits, iterations = tmp_path / "inits", tmp_path / "iterations"
     config = small_config("torch").training(lr=tune.grid_search([1e-4, 3e-3]))
-    config.callbacks(on_algorithm_init=functools.partial(_record_init, str(inits)))
+    config.callbacks(
+        on_algorithm_init=functools.partial(_record_init, str(inits)),
+        on_train_result=functools.partial(_record_iteration, str(iterations)),
+    )
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",
         metric="env_runners/episode_return_mean",
@@ -259,8 +272,10 @@ def test_pbt_exploits_in_the_trials_actors(tmp_path):
     assert results.num_errors == 0, [r.error for r in results]
     pids = inits.read_text().split()
     assert len(set(pids)) < len(pids), pids  # an algorithm built again in a process that had one
-    lr = "learners/default_policy/default_optimizer_learning_rate"
-    rows = [r.metrics_dataframe for r in results]
-    for df in rows:
-        assert list(df[lr]) == pytest.approx(list(df["config/lr"]))
-    assert any(len(set(df["config/lr"])) == 2 for df in rows)  # one trial exploited the other, with a new lr
+    rows = [[float(x) for x in line.split()] for line in iterations.read_text().splitlines()]
+    assert all(learned == pytest.approx(configured) for _, configured, learned in rows), rows
+    first, last = ({lr for i, lr, _ in rows if i == iteration} for iteration in (1, 3))
+    assert first == {1e-4, 3e-3} and len(last - first) == 1, rows  # one trial exploited the other, with a new lr
+    assert {r.config["lr"] for r in results} == last, rows  # Tune reports the lr each trial ended with
+    learned = [r.metrics["learners"]["default_policy"]["default_optimizer_learning_rate"] for r in results]
+    assert learned == pytest.approx([r.config["lr"] for r in results]), rows
