@@ -129,6 +129,7 @@ def _stock_runner(rollout_length: int):
 def _jax_env_alone(env: str, device: str):
     def make(n: int):
         vector_env = make_jax_env(env, n, torch.device(device), {})
+        vector_env.validate_actions = False  # as the runner steps it (ours alone: validate_actions=False)
         vector_env.reset(seed=0)
         pool = _action_pool(vector_env.action_space, vector_env.device)
         return lambda i: vector_env.step(pool[i % POOL])

@@ -53,11 +53,11 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from rllib_gpuenv.backends import backend_device, make_backend
+from rllib_gpuenv.core.actions import ActionCheck
 from rllib_gpuenv.core.buffers import EnvBuffers, StepConstants, StepOutputs, bytes_per_env
 from rllib_gpuenv.core.devices import check_fits
 from rllib_gpuenv.core.env_def import EnvDef
@@ -184,9 +184,8 @@ class GPUVectorEnv(VectorEnv):
             self.metadata = {**type(self).metadata, "render_fps": gymnasium_class.metadata.get("render_fps", 30)}
 
         self.single_observation_space, self.single_action_space = d.spaces(self.params)
-        self._action_shape = self.single_action_space.shape
-        self._batch_action_shape = (self.num_envs, *self._action_shape)
-        action_size = int(np.prod(self._action_shape or (1,)))
+        self._actions = ActionCheck(self.single_action_space, self.num_envs, self.device)
+        action_size = int(np.prod(self.single_action_space.shape or (1,)))
         numbers = d.state_size + int(np.prod(d.array_shape or (0,)))
         check_fits(
             self.num_envs, bytes_per_env(numbers, int(np.prod(d.obs_shape)), action_size, self.dtype), self.device, "num_envs"
@@ -207,7 +206,7 @@ class GPUVectorEnv(VectorEnv):
         self._backend.load(
             self._buffers,
             self._step_constants(0, *d.reset_bounds(None, self.params)),
-            torch.zeros(self._batch_action_shape, dtype=self._actions_dtype(), device=self.device),
+            torch.zeros(self._actions.shape, dtype=self._actions.dtype, device=self.device),
         )
         logger.debug("%r", self)
 
@@ -399,81 +398,12 @@ class GPUVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ helpers
     def _action_tensor(self, actions) -> torch.Tensor:
-        """Validate actions against the action space; return them as a tensor on the env's
-        device (int64 for ``Discrete``, float32 ``(N, k)`` for ``Box``). Nothing is changed
-        when they are rejected."""
-        space = self.single_action_space
-        if isinstance(actions, torch.Tensor):
-            if actions.device != self.device:
-                raise ValueError(
-                    f"actions are on {actions.device}, but this env runs on {self.device}: "
-                    f"move them with actions.to(env.device)"
-                )
-            tensor = actions.detach()
-        else:
-            try:
-                array = np.asarray(actions)
-            except (TypeError, ValueError) as err:
-                raise TypeError(
-                    f"actions must be a torch tensor, numpy array or list of numbers; got {type(actions).__name__}"
-                ) from err
-            if array.dtype.kind not in "biuf":  # object, str, ... : nothing that is an action
-                raise TypeError(
-                    f"actions must be a torch tensor, numpy array or list of numbers; got {type(actions).__name__} of "
-                    f"{array.dtype}"
-                )
-            if array.dtype.kind == "u":  # torch has few unsigned kernels: signed, values checked below
-                if array.size and array.max() > np.iinfo(np.int64).max:
-                    raise ValueError(f"actions must be in {self._space_text()}; got values such as {array.max()}")
-                array = array.astype(np.int64)
-            tensor = torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
-        shape = self._batch_action_shape
-        if tensor.shape != shape:
-            raise ValueError(f"actions must have shape {shape}, one {self._space_text()} per env, got {tuple(tensor.shape)}")
-        if isinstance(space, Discrete):
-            return self._discrete_actions(tensor, space)
-        return self._box_actions(tensor, space)
-
-    def _space_text(self) -> str:
-        space = self.single_action_space
-        if isinstance(space, Discrete):
-            return f"Discrete({space.n}) action (an integer in [{space.start}, {space.start + space.n - 1}])"
-        return f"Box action (float, shape {space.shape}, bounds {space.low.tolist()}..{space.high.tolist()})"
-
-    def _actions_dtype(self) -> torch.dtype:
-        """The dtype ``_action_tensor`` hands the backend: int64 for ``Discrete``, float32 for ``Box``."""
-        return torch.int64 if isinstance(self.single_action_space, Discrete) else torch.float32
-
-    def _discrete_actions(self, tensor: torch.Tensor, space: Discrete) -> torch.Tensor:
-        if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
-            has_nan = bool(torch.isnan(tensor).any()) if tensor.dtype.is_floating_point else False
-            raise TypeError(
-                f"actions must be integers ({self._space_text()}), got dtype {tensor.dtype}"
-                + (" containing NaN" if has_nan else "")
-                + ": cast them with .long() / .astype(np.int64)"
-            )
-        tensor = tensor.to(self._actions_dtype())
-        start = int(space.start)
-        if self.validate_actions:
-            low, high = start, start + int(space.n) - 1
-            lo, hi = torch.aminmax(tensor)
-            if int(lo) < low or int(hi) > high:
-                bad = tensor[(tensor < low) | (tensor > high)][:5].tolist()
-                raise ValueError(f"actions must be in [{low}, {high}] ({self._space_text()}); got values such as {bad}")
-        return (tensor - start).contiguous() if start else tensor.contiguous()
-
-    def _box_actions(self, tensor: torch.Tensor, space: Box) -> torch.Tensor:
-        if not tensor.dtype.is_floating_point:
-            raise TypeError(
-                f"actions must be floats ({self._space_text()}), got dtype {tensor.dtype}: cast them with .float()"
-            )
-        tensor = tensor.to(self._actions_dtype())
-        if self.validate_actions and bool(torch.isnan(tensor).any()):
-            rows = torch.nonzero(torch.isnan(tensor).flatten(1).any(1)).flatten()[:5].tolist()
-            raise ValueError(
-                f"actions contain NaN (envs {rows}); the env clips actions to its bounds, but NaN has no place in them"
-            )
-        return tensor.contiguous()
+        """The actions checked (``core/actions.py``) as the backend takes them: on the env's
+        device, int64 from 0 for ``Discrete``, float32 ``(N, k)`` for ``Box``. Nothing is
+        changed when they are rejected."""
+        tensor = self._actions(actions, self.validate_actions)
+        start = int(getattr(self.single_action_space, "start", 0))
+        return tensor - start if start else tensor
 
     def _format(self, out: StepOutputs):
         if self.output == "numpy":

@@ -35,6 +35,8 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from rllib_gpuenv.core.actions import ActionCheck
+
 # Entries are a few hundred KB (Brax's pendulum: 0.6 MB for reset and step); past this JAX drops the
 # least recently used.
 COMPILATION_CACHE_MAX_BYTES = 2 * 2**30
@@ -99,7 +101,12 @@ def jax_device(device: torch.device):
 class JaxVectorEnv(gym.vector.VectorEnv):
     """``num_envs`` JAX envs stepped by one family's jit-compiled ``functions`` (``reset``, ``step``)
     on ``device``; tensors in and out, shared with JAX (DLPack). ``params`` is passed to both
-    functions as it is (a pytree, or None)."""
+    functions as it is (a pytree, or None).
+
+    Actions are checked as the suite's envs check them (``core/actions.py``): their shape, dtype
+    and device always, their values (range, NaN) while ``validate_actions`` is on. On a GPU the
+    values are read back to the host each step; the device env runner turns it off, its actions
+    coming from the policy."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
@@ -123,8 +130,10 @@ class JaxVectorEnv(gym.vector.VectorEnv):
         self.observation_space = batch_space(single_observation_space, num_envs)
         self.action_space = batch_space(single_action_space, num_envs)
         self.max_episode_steps = max_episode_steps
+        self.validate_actions = True
+        self._actions = ActionCheck(single_action_space, num_envs, self.device)
         discrete = isinstance(single_action_space, gym.spaces.Discrete)
-        self._action_dtype = torch.int32 if discrete else torch.float32
+        self._action_dtype = torch.int32 if discrete else torch.float32  # JAX's default integers
         self._params = None if params is None else jax.device_put(params, self.jax_device)
         self._reset, self._step = functions
         self._key = self._state = None
@@ -162,20 +171,19 @@ class JaxVectorEnv(gym.vector.VectorEnv):
     def step(self, actions):
         if self._state is None:
             raise RuntimeError("call reset() before step()")
-        self._key, self._state, *out = self._step(self._key, self._state, self._to_jax(actions), self._params)
+        actions = self._to_jax(self._actions(actions, self.validate_actions))
+        self._key, self._state, *out = self._step(self._key, self._state, actions, self._params)
         observations, rewards, flags = map(torch.from_dlpack, out)  # three arrays: each crossing costs ~10 us
         (obs, final_obs), (terminated, truncated) = observations, flags
         infos = {"final_obs": final_obs, "_final_obs": terminated | truncated}
         return obs, rewards, terminated, truncated, infos
 
-    def _to_jax(self, actions):
-        """The actions as a JAX array on the env's device; a tensor's memory is shared (an
-        int64 action is cast to int32 first: JAX's default integers)."""
+    def _to_jax(self, actions: torch.Tensor):
+        """Checked actions as a JAX array on the env's device; a float32 tensor's memory is shared
+        (int64 actions are cast to int32 first)."""
         import jax
 
-        if not isinstance(actions, torch.Tensor):
-            actions = torch.as_tensor(np.asarray(actions))
-        return jax.dlpack.from_dlpack(actions.detach().to(self.device, self._action_dtype).contiguous())
+        return jax.dlpack.from_dlpack(actions.to(self._action_dtype).contiguous())
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict:

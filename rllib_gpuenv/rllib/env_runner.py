@@ -195,7 +195,9 @@ def make_device_env(
         k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
     }
     if is_jax_id(env_spec):
-        return make_jax_env(env_spec, num_envs, device, env_config)
+        env = make_jax_env(env_spec, num_envs, device, env_config)
+        env.validate_actions = False  # the policy's actions: no read-back of their values each step
+        return env
     if isinstance(env_spec, str) and ":" in env_spec:  # "module:Env-v0": the module registers it (as gymnasium does)
         check_prefixed_id(env_spec)
     if isinstance(env_spec, str) and env_definition(env_spec) is not None:

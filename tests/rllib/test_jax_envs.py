@@ -24,6 +24,7 @@ from rllib_gpuenv.jax_envs import make_jax_env
 from rllib_gpuenv.jax_envs.gymnax_envs import GymnaxVectorEnv, make_gymnax_env
 from rllib_gpuenv.jax_envs.vector_env import use_compilation_cache
 from rllib_gpuenv.rllib import DeviceDQNConfig, DeviceEnvRunner, DevicePPOConfig
+from rllib_gpuenv.rllib.env_runner import make_device_env
 from tests.helpers import run_code, run_python, train_briefly
 
 CPU = torch.device("cpu")
@@ -213,6 +214,53 @@ def test_a_wrong_id_param_or_observation_fails_in_one_line(env_spec, env_config,
     if not env_config:
         with pytest.raises(error, match=message):
             DevicePPOConfig().environment(env_spec).validate()  # before anything is built
+
+
+@pytest.mark.parametrize(
+    "env_spec, actions, error, message",
+    [
+        (
+            "gymnax:CartPole-v1",
+            torch.tensor([0, 1, 5] + [0] * (N - 3)),
+            ValueError,
+            r"^actions must be in \[0, 1\] .* such as \[5\]$",
+        ),
+        ("gymnax:CartPole-v1", torch.zeros(N), TypeError, r"^actions must be integers .*got dtype torch.float32: cast them"),
+        (
+            "gymnax:CartPole-v1",
+            np.zeros(N - 1, dtype=np.int64),
+            ValueError,
+            rf"^actions must have shape \({N},\), one Discrete\(2\)",
+        ),
+        ("gymnax:CartPole-v1", ["left"] * N, TypeError, r"^actions must be a torch tensor, numpy array or list of numbers"),
+        ("brax:fast", torch.full((N, 1), float("nan")), ValueError, r"^actions contain NaN \(envs \[0, 1, 2, 3, 4\]\)"),
+        (
+            "brax:fast",
+            torch.zeros(N, 1, dtype=torch.int64),
+            TypeError,
+            r"^actions must be floats .*: cast them with .float\(\)$",
+        ),
+        (
+            "brax:fast",
+            torch.zeros(N, 1, device="meta"),
+            ValueError,
+            r"^actions are on meta, but this env runs on cpu: move them",
+        ),
+    ],
+)
+def test_a_jax_env_names_wrong_actions_and_steps_nothing(env_spec, actions, error, message):
+    """As the suite's envs do (``core/actions.py``): gymnax's CartPole would push nine times as hard
+    for an action of 5, floats would be truncated to actions, Brax would step the NaN; the env is
+    left as it was. The device env
+    runner's envs check no values (its actions come from the policy: no read-back each step)."""
+    env = make_jax_env(env_spec, N, CPU, {})
+    env.reset(seed=0)
+    before = jax.tree.leaves(env.get_state())
+    with pytest.raises(error, match=message):
+        env.step(actions)
+    assert all(np.array_equal(a, b) for a, b in zip(before, jax.tree.leaves(env.get_state()), strict=True))
+    env.step(np.asarray(env.action_space.sample()))  # numpy actions, as gymnasium's vector envs take them
+    assert make_device_env(env_spec, N, CPU, {}).validate_actions is False
 
 
 def test_a_missing_extra_fails_in_one_line_naming_it():
