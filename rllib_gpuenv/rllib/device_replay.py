@@ -200,6 +200,15 @@ class DeviceReplayConfig:
                 f"train_batch_size_per_learner is {name}'s minibatch (transitions per gradient step): a positive "
                 f"integer, got {minibatch!r}"
             )
+        shard = -(-capacity // max(1, self.num_learners))  # what each learner keeps (DeviceReplayLearner)
+        if shard < minibatch:  # every gradient step would draw the same transitions again, some twice
+            each = f" each of {self.num_learners} learners keeps {shard} of them," if self.num_learners > 1 else ""
+            raise ValueError(
+                f"replay_buffer_config['capacity'] is {capacity} transitions;{each} fewer than one minibatch of "
+                f"train_batch_size_per_learner={minibatch}: give the buffer at least "
+                f"{minibatch * max(1, self.num_learners)} (the default is 10000, replay's usual 10^4-10^6), or a smaller "
+                "minibatch"
+            )
         # RLlib's n-step check reads rollout_fragment_length; the device check accepts this value again
         self.rollout_fragment_length = self._derived_rollout_fragment_length = self.rollout_length
 

@@ -195,6 +195,11 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         ({"train_batch_size_per_learner": 0}, r"train_batch_size_per_learner is DeviceDQN's minibatch .*got 0"),
         ({"replay_buffer_config": {"capacity": 0}}, r"replay_buffer_config\['capacity'\] must be a positive integer, got 0"),
         ({"n_step": 0}, r"n_step must be a positive integer for DeviceDQN, got 0"),
+        (  # each minibatch would repeat the buffer's transitions (was accepted)
+            {"replay_buffer_config": {"capacity": 100}},
+            r"replay_buffer_config\['capacity'\] is 100 transitions; fewer than one minibatch of "
+            r"train_batch_size_per_learner=256: give the buffer at least 256 ",
+        ),
         (
             {"replay_buffer_config": {"capacity": 100, "typ": "EpisodeReplayBuffer"}},  # was dropped: still prioritized
             r"replay_buffer_config\['typ'\] is no setting of DeviceDQN's buffer: did you mean 'type'\?",
@@ -226,6 +231,14 @@ def test_a_setting_deviceDQN_cannot_train_with_fails_when_validated(change, mess
     config = DeviceDQNConfig().environment(change.pop("env", "GPUCartPole-v1")).training(**change)
     with pytest.raises(ValueError, match=message):
         config.validate()
+
+
+def test_a_replay_shard_smaller_than_a_minibatch_is_named():
+    """Several learners split the buffer: each shard must hold a minibatch."""
+    config = DeviceDQNConfig().environment("GPUCartPole-v1").training(replay_buffer_config={"capacity": 300})
+    config.validate()
+    with pytest.raises(ValueError, match=r"is 300 transitions; each of 2 learners keeps 150 of them, fewer than one "):
+        config.learners(num_learners=2).validate()
 
 
 def test_rllibs_rollout_fragment_length_is_named_and_the_one_derived_follows_the_rollout():
