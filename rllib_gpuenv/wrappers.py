@@ -417,7 +417,10 @@ def CheckDevice(obj, device: str | torch.device):  # noqa: N802 (reads as a wrap
     torch reports a tensor's (``"cuda"`` is the current GPU). The check walks the tensors'
     ``.device`` attributes only: no copies, no synchronisation.
     """
-    device = canonical_device(device)
+    checked = canonical_device(device)
+    if checked.type == "cuda":
+        resolve_device(device)  # a GPU this machine lacks: named now, not as every tensor's mismatch later
+    device = checked
     if isinstance(obj, gym.vector.VectorEnv):
         return CheckDeviceEnv(obj, device)
     if isinstance(obj, torch.nn.Module):

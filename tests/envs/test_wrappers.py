@@ -99,8 +99,8 @@ def test_check_device_names_the_misplaced_tensor_of_an_env():
     wrong = CheckDevice(CartPoleVectorEnv(2, device="cpu"), "meta")
     with pytest.raises(DeviceMismatchError, match=r"env.reset\(\) output: observations is on cpu, expected meta"):
         wrong.reset(seed=0)
-    # an env of numpy arrays (host memory) checked against a GPU: named, with the wrapper that moves them
-    host = CheckDevice(gym.make_vec("CartPole-v1", 2), "cuda:0")
+    # an env of numpy arrays (host memory) checked against another device: named, with the wrapper that moves them
+    host = CheckDevice(gym.make_vec("CartPole-v1", 2), "meta")
     with pytest.raises(DeviceMismatchError, match=r"env.reset\(\) output: observations is a numpy array \(host memory\), "):
         host.reset(seed=0)
     CheckDevice(gym.make_vec("CartPole-v1", 2), "cpu").reset(seed=0)  # on the CPU, numpy is where it should be
@@ -111,6 +111,9 @@ def test_check_device_names_the_misplaced_tensor_of_an_env():
         checked.step(torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match=r"unknown device 'gpu': use 'auto', 'cpu' or 'cuda\[:N\]'"):
         CheckDevice(CartPoleVectorEnv(2, device="cpu"), "gpu")
+    if not torch.cuda.is_available():  # a GPU this machine lacks: named at once, not as a mismatch at the first step
+        with pytest.raises(ValueError, match=r"device 'cuda' asked for, but this machine has no CUDA GPU that torch can use"):
+            CheckDevice(CartPoleVectorEnv(2, device="cpu"), "cuda")
 
 
 def test_check_device_names_the_misplaced_tensor_of_a_module():
