@@ -224,20 +224,21 @@ def _record_init(path: str, **_) -> None:
 
 
 def _record_iteration(path: str, *, algorithm, result, **_) -> None:
-    """What an iteration trained with, written by the trial's process: Tune's result files of an
-    exploited trial may lose rows (its logger copies the storage's older result.json over the
-    fresh one when the trial starts again from a checkpoint), and a fresh RLlib actor does not know
-    its trial's id (``Algorithm`` drops Tune's trial info from the config dict)."""
+    """What an iteration trained with, written by the trial's process (Tune's result files of an
+    exploited trial may lose rows: README, "PBT"), and a line on its stdout."""
     learned = result["learners"]["default_policy"]["default_optimizer_learning_rate"]
+    line = f"{algorithm.trial_id} {result['training_iteration']} {algorithm.config.lr} {learned}"
+    print(f"trained: {line}")
     with open(path, "a") as f:
-        f.write(f"{result['training_iteration']} {algorithm.config.lr} {learned}\n")
+        f.write(line + "\n")
 
 
 def test_pbt_exploits_in_the_trials_actors(tmp_path):
     """Tune's PBT with reuse_actors (as `rllib train` sets it for the device algorithms): an
     exploit builds the algorithm again in a running actor (a process builds it twice; without
     reset_config, Tune would fail the trial), and each iteration trains with the lr of the config
-    Tune gave it."""
+    Tune gave it. The algorithm knows its trial and writes its stdout to the trial's file with
+    ``log_to_file`` (RLlib's algorithms lose both in a new actor: rllib/tune_trial.py)."""
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
 
@@ -267,12 +268,20 @@ def test_pbt_exploits_in_the_trials_actors(tmp_path):
             storage_path=str(tmp_path),
             verbose=0,
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2),
+            log_to_file=True,  # the files are in the trials' working folders, which Tune then copies to storage:
+            sync_config=tune.SyncConfig(sync_artifacts=True),
         ),
     ).fit()
     assert results.num_errors == 0, [r.error for r in results]
     pids = inits.read_text().split()
     assert len(set(pids)) < len(pids), pids  # an algorithm built again in a process that had one
-    rows = [[float(x) for x in line.split()] for line in iterations.read_text().splitlines()]
+    lines = iterations.read_text().splitlines()
+    trial_ids = {r.metrics["trial_id"] for r in results}
+    assert {line.split()[0] for line in lines} == trial_ids, lines  # not RLlib's "default"
+    for r in results:
+        printed = (pathlib.Path(r.path) / "stdout").read_text()
+        assert f"trained: {r.metrics['trial_id']} 3 " in printed, printed[-2000:]
+    rows = [[float(x) for x in line.split()[1:]] for line in lines]
     assert all(learned == pytest.approx(configured) for _, configured, learned in rows), rows
     first, last = ({lr for i, lr, _ in rows if i == iteration} for iteration in (1, 3))
     assert first == {1e-4, 3e-3} and len(last - first) == 1, rows  # one trial exploited the other, with a new lr
