@@ -9,7 +9,7 @@ from rllib_gpuenv.rllib.logdir import LeavesNoEmptyLogdir
 from rllib_gpuenv.rllib.parallel_evaluation import AnswersParallelEvaluation
 from rllib_gpuenv.rllib.reset_in_place import ResetsInPlace
 from rllib_gpuenv.rllib.resources import ChecksResources
-from rllib_gpuenv.rllib.tune_trial import KeepsTrialSettings
+from rllib_gpuenv.rllib.tune_trial import KnowsItsTrial
 
 
 class DeviceAlgorithm(
@@ -19,10 +19,10 @@ class DeviceAlgorithm(
     InProcess,
     AnswersParallelEvaluation,
     ResetsInPlace,
-    KeepsTrialSettings,
+    KnowsItsTrial,
     LeavesNoEmptyLogdir,
 ):
     """Mixins, before RLlib's algorithm in the bases: calls on every learner (colocated learners),
     exact resume, resources checked before Ray starts, no Ray where nothing needs it, parallel
-    evaluation that reports, Tune's reuse_actors and its trial's id and log files, and no empty
-    log folder left in ~/ray_results."""
+    evaluation that reports, Tune's reuse_actors and its trial's id, and no empty log folder left
+    in ~/ray_results."""
