@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeding take 32-bit seeds (and RLlib seeds both)
@@ -52,6 +53,32 @@ def seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value
+
+
+def _writable_below(path: str) -> None:
+    """The nearest folder of ``path`` that exists must be a folder (a file there would stop
+    ``makedirs`` after the run, with the results unwritten)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{parent} is a file, not a folder: choose another path")
+
+
+def output_folder(text: str) -> str:
+    """A folder to write into: one that exists, or one that can be made."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: choose another path")
+    _writable_below(text)
+    return text
+
+
+def output_file(text: str) -> str:
+    """A file to write: not a folder, and in a folder that exists or can be made."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a folder: name a file in it")
+    _writable_below(text)
+    return text
 
 
 def seed(text: str) -> int:

@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from collections.abc import Callable
 
+import rllib_gpuenv.options as options
+
 
 def _scaling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import scaling
@@ -128,7 +130,7 @@ def replot(folder: str, out_dir: str | None = None) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rllib_gpuenv.bench.replot", description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="where the results' JSON files are (e.g. benchmarks/)")
-    parser.add_argument("--out", help="where to write the plots (default: the same folder)")
+    parser.add_argument("--out", type=options.output_folder, help="where to write the plots (default: the same folder)")
     args = parser.parse_args(argv)
     replot(args.folder, args.out)
 

@@ -84,9 +84,10 @@ def _run(prog: str, func, args) -> int:
         logger.debug("the traceback", exc_info=True)
         print(f"{prog}: error: {missing}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, MemoryError) as err:  # our checks, RLlib's validate(), a missing file
+    except (ValueError, OSError, MemoryError) as err:  # our checks, RLlib's validate(), a file missing or unwritable
         logger.debug("the traceback", exc_info=True)
-        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
+        named = isinstance(err, OSError) and err.filename and err.strerror
+        print(f"{prog}: error: {f'{err.filename}: {err.strerror}' if named else one_line(err)}", file=sys.stderr)
         return 2
 
 

@@ -245,7 +245,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default="auto", help="where the policy and the envs run: auto, cpu, cuda, cuda:N (default: %(default)s)"
     )
-    parser.add_argument("--video", help="record env 0's episode to this .mp4 or .gif (through the env's rgb_array render)")
+    parser.add_argument(
+        "--video",
+        type=options.output_file,
+        help="record env 0's episode to this .mp4 or .gif (through the env's rgb_array render)",
+    )
     parser.add_argument("--seed", type=options.seed, default=0, help="seed of the envs' first reset (default: %(default)s)")
     parser.add_argument(
         "--max-steps", type=options.count(1), default=100_000, help="give up when episodes last longer (default: %(default)s)"

@@ -8,6 +8,7 @@ import importlib
 import logging
 import sys
 
+import rllib_gpuenv.options as options
 from rllib_gpuenv.bench import BENCHMARKS
 from rllib_gpuenv.cli import collector, evaluate, train
 from rllib_gpuenv.cli.errors import run_command
@@ -22,7 +23,9 @@ def _add_benchmarks(subparsers) -> None:
     for name, (module_name, help, aliases) in BENCHMARKS.items():
         module = importlib.import_module(f"rllib_gpuenv.bench.{module_name}")
         parser = names.add_parser(name, help=help, aliases=list(aliases))
-        parser.add_argument("--out", default="bench_results", help="folder for results (default: %(default)s)")
+        parser.add_argument(
+            "--out", type=options.output_folder, default="bench_results", help="folder for results (default: %(default)s)"
+        )
         parser.add_argument("--plot", action="store_true", help="also write a PNG plot")
         module.add_arguments(parser)
         parser.set_defaults(func=module.run_from_args)

@@ -3,6 +3,7 @@ counts, seeds and size lists (``rllib_gpuenv/options.py``), and a folder that is
 
 import argparse
 import json
+import os
 import pickle
 import sys
 
@@ -99,6 +100,37 @@ def test_a_misspelt_option_is_named_with_the_closest_one_of_its_command(parser, 
     assert ended.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.startswith("usage: " + message.split(":")[0]), err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [  # each was a traceback once the run had ended, its results unwritten
+        (["bench", "scaling", "--out", "{file}"], "argument --out: {file} is a file, not a folder: choose another path"),
+        (["bench", "ops", "--out", "{file}/sub"], "argument --out: {file} is a file, not a folder"),
+        (["evaluate", "ckpt", "--video", "{dir}"], "argument --video: {dir} is a folder: name a file in it"),
+        (["evaluate", "ckpt", "--video", "{file}/a/x.gif"], "argument --video: {file} is a file, not a folder"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_one_line_before_anything_runs(args, message, tmp_path, capsys):
+    paths = {"file": str(tmp_path / "a_file"), "dir": str(tmp_path)}
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit) as ended:
+        rllib_gpuenv_parser().parse_args([arg.format(**paths) for arg in args])
+    assert ended.value.code == 2
+    assert message.format(**paths) in capsys.readouterr().err
+    assert rllib_gpuenv_parser().parse_args(["bench", "ops", "--out", str(tmp_path / "new" / "folder")])  # made later
+
+
+def test_an_unwritable_file_met_while_running_is_one_line(tmp_path, capsys):
+    """The commands' fallback (cli/errors.py) for a path only the run meets: its name and the reason."""
+    from rllib_gpuenv.cli.errors import _run  # run_command without its gc.freeze() of this test process
+
+    def write(_args):
+        os.makedirs(tmp_path / "a_file" / "sub")
+
+    (tmp_path / "a_file").write_text("")
+    assert _run("rllib-gpuenv", write, None) == 2
+    assert capsys.readouterr().err.strip() == f"rllib-gpuenv: error: {tmp_path / 'a_file' / 'sub'}: Not a directory"
 
 
 def test_option_values_in_range_parse_as_before():
