@@ -164,7 +164,11 @@ class TuneInterrupted:
     def __exit__(self, *exc) -> None:
         if self._term is not None:
             signal.signal(signal.SIGTERM, self._term)
-        self.happened = self._watched and signal.getsignal(signal.SIGINT) is self._before
+        self.happened = self.so_far()
+
+    def so_far(self) -> bool:
+        """Whether a Tune run inside has been interrupted, before the ``with`` ends."""
+        return self._watched and signal.getsignal(signal.SIGINT) is self._before
 
 
 def _as_sigint(signum, frame) -> None:

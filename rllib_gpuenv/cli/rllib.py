@@ -416,7 +416,15 @@ def train_command(args) -> int:
         if experiment.resource_search is not None:
             from rllib_gpuenv.experiments.tune_resources import search_resources
 
-            search_resources(experiment, storage_path=storage_path, verbose=args.verbose)
+            with TuneInterrupted() as interrupted:
+                search_resources(experiment, storage_path=storage_path, verbose=args.verbose, interrupted=interrupted.so_far)
+            if interrupted.happened:
+                print(
+                    f"rllib: experiment {experiment.name!r} interrupted: its resource search wrote no winner (run it again "
+                    "to search anew)",
+                    file=sys.stderr,
+                )
+                return 130
             continue
         with TuneInterrupted() as interrupted:
             results = run_experiment(

@@ -37,6 +37,7 @@ from rllib_gpuenv.experiments.checks import check_name, check_stop, check_values
 from rllib_gpuenv.experiments.envs import check_env_runner, rllib_env_id, vectorize_our_env
 from rllib_gpuenv.experiments.errors import ExperimentError, key_error
 from rllib_gpuenv.experiments.legacy import translate_experiment_keys, translate_metric
+from rllib_gpuenv.experiments.resource_space import ResourceSpace
 from rllib_gpuenv.experiments.restore import check_restore
 from rllib_gpuenv.experiments.settings import apply_config, build_config, validate_python_config
 from rllib_gpuenv.experiments.shipped import config_file, shipped_settings
@@ -160,6 +161,9 @@ def experiment_from_spec(
     check_values({"num_samples": num_samples}, where)
     storage = spec.get("storage_path")
     restore = spec.get("restore")
+    search = spec.get("resource_search")
+    if search is not None:
+        ResourceSpace.from_dict(search, f"{where}: resource_search")  # its values checked before Ray starts
     return Experiment(
         name=name,
         config=config,
@@ -169,7 +173,9 @@ def experiment_from_spec(
         failure_config=run_settings["failure_config"],
         storage_path=storage_location(storage, base_dir) if storage else None,
         restore=None if restore is None else check_restore(restore, config, where, base_dir=base_dir),
-        resource_search=spec.get("resource_search"),
+        resource_search=None
+        if search is None
+        else dataclasses.asdict(ResourceSpace.from_dict(search, f"{where}: resource_search")),
     )
 
 

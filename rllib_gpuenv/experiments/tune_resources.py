@@ -33,12 +33,14 @@ import itertools
 import logging
 import math
 import os
+from collections.abc import Callable
 
 import yaml
 from ray import tune
 
 from rllib_gpuenv.experiments.errors import ExperimentError
 from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, RETURN_METRIC, format_table, lookup
+from rllib_gpuenv.experiments.resource_space import ResourceSpace
 from rllib_gpuenv.experiments.running import check_fits_cluster
 from rllib_gpuenv.experiments.spec import Experiment
 from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
@@ -46,28 +48,6 @@ from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
 logger = logging.getLogger(__name__)
 
 GPU_KEYS = ("num_gpus_per_env_runner", "num_gpus_per_learner")
-
-
-@dataclasses.dataclass
-class ResourceSpace:
-    """The values to try; every combination that makes sense is a candidate."""
-
-    num_envs_per_env_runner: list[int] = dataclasses.field(default_factory=lambda: [64, 256, 1024])
-    num_env_runners: list[int] = dataclasses.field(default_factory=lambda: [0, 1])
-    num_gpus_per_env_runner: list[float] = dataclasses.field(default_factory=lambda: [0, 0.5, 1])
-    num_gpus_per_learner: list[float] = dataclasses.field(default_factory=lambda: [0, 1])
-    # Learners: 0 is one learner in the algorithm's process; "auto" tries 0, 1, 2, 4, ... as far as
-    # the cluster can hold them beside the rest of each candidate.
-    num_learners: list[int] | str = dataclasses.field(default_factory=lambda: [0])
-    time_budget_s: float = 120.0  # a trial that has not reached the target by then stops
-
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "resource_search") -> ResourceSpace:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - fields)
-        if unknown:
-            raise ExperimentError(f"{source}: unknown key(s) {unknown}; resource_search has {sorted(fields)}")
-        return cls(**values)
 
 
 def layout(combo: dict) -> str:
@@ -90,8 +70,8 @@ def candidates(space: ResourceSpace, cluster: dict, fits=None) -> list[dict]:
         raise ValueError("num_learners='auto' needs to know what fits the cluster (search_resources passes it)")
     values = {k: list(getattr(space, k)) for k in ("num_envs_per_env_runner", "num_env_runners", *GPU_KEYS)}
     if cluster.get("GPU", 0) <= 0:
-        dropped = {k: [v for v in values[k] if v] for k in GPU_KEYS}
-        if any(dropped.values()):
+        dropped = {k: [v for v in values[k] if v] for k in GPU_KEYS if any(values[k])}
+        if dropped:
             logger.warning("the cluster has no GPU: dropping the GPU options %s from the search", dropped)
         for k in GPU_KEYS:
             values[k] = [0]
@@ -150,9 +130,12 @@ def search_resources(
     storage_path: str | None = None,
     best_file: str | None = None,
     verbose: int = 1,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> list[dict]:
     """Run one Tune trial per candidate, one at a time; print the table and the best; write the
-    winning experiment whole to ``best_file`` (default ``<results>/best.yaml``).
+    winning experiment whole to ``best_file`` (default ``<results>/best.yaml``). When
+    ``interrupted()`` says Ctrl-C stopped the run, the table is printed and no winner is chosen
+    (the trials cut short would compete with times they did not finish).
 
     Returns the rows of the table, best first; each keeps the trial's Tune ``result`` (its
     config as Tune ran it, its metrics per iteration).
@@ -201,6 +184,8 @@ def search_resources(
     results = tuner.fit()
     rows = rank([_row(result, list(combos[0]), target) for result in results])
     _print_table(rows, target)
+    if interrupted():
+        return rows
     shared = sum(1 for n in starts.others_running.values() if n)
     if shared:
         logger.warning("%d trial(s) started while others ran: their throughput reflects shared resources", shared)

@@ -48,6 +48,49 @@ def test_a_candidate_that_cannot_fit_fails_before_any_trial(ray_local):
         search_resources(exp, ResourceSpace(num_envs_per_env_runner=[64], num_env_runners=[3]))
 
 
+@pytest.mark.parametrize(
+    "search, message",
+    [  # each was a traceback inside the search, or a trial run with it, after Ray had started
+        (
+            "{num_envs_per_env_runner: 32}",
+            r"num_envs_per_env_runner: a list of the values to try \(integers >= 1\), e.g. \[1\], got 32$",
+        ),
+        ("{num_envs_per_env_runner: []}", r"num_envs_per_env_runner: a list of the values to try .*got \[\]$"),
+        (
+            "{num_learners: all}",
+            r"num_learners: a list of the values to try \(integers >= 0, or auto\), e.g. \[1\], got 'all'$",
+        ),
+        ("{num_learners: [-1]}", r"num_learners: the values to try are integers >= 0, or auto, got -1 in \[-1\]$"),
+        ("{num_gpus_per_env_runner: 0.5}", r"num_gpus_per_env_runner: a list of the values to try \(numbers >= 0\)"),
+        ("{num_env_runners: [1.5]}", r"num_env_runners: the values to try are integers >= 0, got 1.5 in \[1.5\]$"),
+        ("{time_budget_s: abc}", r"time_budget_s: seconds a trial may take: a number > 0, got 'abc'$"),
+        ("{time_budget_s: -1}", r"time_budget_s: seconds a trial may take: a number > 0, got -1$"),
+        ("[16, 32]", r"resource_search: expected a mapping of the values to try, got \[16, 32\]$"),
+    ],
+)
+def test_a_wrong_search_value_is_one_line_when_the_file_is_read(tmp_path, search, message):
+    path = tmp_path / "search.yaml"
+    path.write_text(
+        "s:\n  run: DevicePPO\n  env: GPUCartPole-v1\n  stop: {env_runners/episode_return_mean: 100}\n"
+        f"  resource_search: {search}\n"
+    )
+    with pytest.raises(ExperimentError, match=r"^" + str(path) + r": experiment 's': (resource_search: )?.*" + message):
+        load_experiments(str(path))
+
+
+def test_an_interrupted_search_writes_no_winner(ray_local, tmp_path, capsys):
+    """Ctrl-C stops Tune's run (``rllib train`` tells the search, cli/rllib.py): the trials cut short
+    are in the table, and no winner is chosen among them."""
+    exp = inline_experiment("DevicePPO", "GPUCartPole-v1", stop={RETURN_METRIC: 475, "training_iteration": 1}, name="cut")
+    space = ResourceSpace(num_envs_per_env_runner=[16], num_env_runners=[0])
+    rows = search_resources(
+        exp, space, storage_path=str(tmp_path), best_file=str(tmp_path / "best.yaml"), interrupted=lambda: True
+    )
+    assert len(rows) == 1 and not (tmp_path / "best.yaml").exists()
+    out = capsys.readouterr().out
+    assert "| " in out and "best:" not in out
+
+
 def _validated(config) -> dict:
     config = config.copy(copy_frozen=False)
     config.validate()
