@@ -39,7 +39,7 @@ import time
 import torch
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
+from rllib_gpuenv.bench.common import pyplot, report, save_figure, start_local_ray, synchronize
 from rllib_gpuenv.experiments.envs import unqualified_env_id
 from rllib_gpuenv.experiments.progress import format_table
 from rllib_gpuenv.rllib.logdir import stop_algorithm
@@ -528,11 +528,11 @@ def run(
     num_envs, rollout_length = config.num_envs_per_env_runner, config.rollout_length
     print("  device path ...", file=sys.stderr, flush=True)
     if not builds_without_ray(config):
-        _start_ray()
+        start_local_ray()
     rows = [{**device_path(config, iterations, profile_build), "ray": ray.is_initialized()}]
     if algo == "DevicePPO":
         print("  stock runner ...", file=sys.stderr, flush=True)
-        _start_ray()
+        start_local_ray()
         rows.append({**stock_runner(num_envs, rollout_length, iterations, env, learning=config), "ray": True})
     per_rollout = num_envs * rollout_length
     rounds = rows[0]["env_steps_per_iteration"] // per_rollout
@@ -544,13 +544,6 @@ def run(
     name = "breakdown" if (algo, env) == ("DevicePPO", DEFAULT_ENV) else f"breakdown_{algo}_{env}"
     report(rows, out_dir, name, meta, plot=(lambda: plot_breakdown(rows, out_dir, name)) if plot else None)
     return rows
-
-
-def _start_ray() -> None:
-    """A Ray of its own (``address="local"``), not a cluster someone else started on this machine."""
-    import ray
-
-    ray.init(address="local", ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
 
 
 def table(rows: list[dict]) -> str:

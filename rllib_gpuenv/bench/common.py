@@ -8,9 +8,11 @@ import json
 import logging
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -94,6 +96,18 @@ def time_calls(fn: Callable[[int], object], min_seconds: float, min_calls: int, 
         elapsed = time.perf_counter() - start
         if calls >= min_calls and elapsed >= min_seconds:
             return elapsed / calls
+
+
+def start_local_ray(**kwargs) -> None:
+    """A Ray of the benchmark's own (``address="local"``: not a cluster someone else started on this
+    machine), quiet. SIGTERM keeps the meaning the command gave it (``cli/errors.py``: it ends the
+    command as Ctrl-C does), where ``ray.init``'s core worker puts its crash report in its place."""
+    import ray
+
+    before = signal.getsignal(signal.SIGTERM)
+    ray.init(**{"address": "local", "include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True, **kwargs})
+    if before is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, before)  # Python's handler, in C's place again
 
 
 def write_results(rows: list[dict], out_dir: str, name: str, meta: dict) -> str:

@@ -21,7 +21,7 @@ import sys
 import time
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
+from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, start_local_ray, write_results
 from rllib_gpuenv.experiments.envs import unqualified_env_id
 from rllib_gpuenv.experiments.progress import (
     ENV_STEPS_METRIC,
@@ -71,7 +71,7 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
         config.devices(learner=device, env_runners=device)
     goal = targets(experiment.stop)
     if not (issubclass(config.algo_class, InProcess) and builds_without_ray(config)):
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        start_local_ray(num_cpus=os.cpu_count())
     start = time.perf_counter()
     algo = config.build_algo()
     build_s = time.perf_counter() - start

@@ -31,7 +31,7 @@ import sys
 import time
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import pyplot, report, save_figure
+from rllib_gpuenv.bench.common import pyplot, report, save_figure, start_local_ray
 from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, lookup
 from rllib_gpuenv.rllib.logdir import stop_algorithm
 
@@ -200,14 +200,11 @@ def run(
     layouts: tuple[str, ...] = LAYOUTS,
 ) -> list[dict]:
     """Every setup's throughput, then its time to target per seed; print the table, write the results."""
-    import ray
 
     rows = setups(counts, layouts)
     needed = max(1 + r["num_learners"] + r["num_env_runners"] for r in rows)  # the driver, learners and runners: a CPU each
     cores = os.cpu_count() or 1
-    ray.init(
-        address="local", num_cpus=max(cores, needed), include_dashboard=False, log_to_driver=False, ignore_reinit_error=True
-    )
+    start_local_ray(num_cpus=max(cores, needed))
     for row in rows:
         row.update(measure(row, config_file, seeds, iterations, target, budget_s, device))
     one = next((r for r in rows if r["layout"] == "colocated" and r["learners"] == 1), rows[0])

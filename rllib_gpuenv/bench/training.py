@@ -67,7 +67,7 @@ import sys
 import time
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, write_results
+from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, start_local_ray, write_results
 from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, EvaluationTime, format_table, lookup
 
 CURVE_EVERY = 256  # env steps between the points of SB3's curve, whose rollouts may be a step each (SAC)
@@ -421,7 +421,7 @@ def _rllib_curve(
     # Its own Ray, unless (as in the main job) the algorithm needs none: a device algorithm
     # whose runner and learner are both in this process.
     if not (issubclass(config.algo_class, InProcess) and builds_without_ray(config)):
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        start_local_ray(num_cpus=os.cpu_count())
     start = time.perf_counter()
     algo = config.build_algo()
     build_s = time.perf_counter() - start

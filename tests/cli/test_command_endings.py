@@ -193,3 +193,36 @@ def test_sigterm_ends_a_benchmark_and_the_run_it_started(tmp_path):
         run.kill()
     assert not running, running
     assert out.returncode == 130 and "rllib-gpuenv: interrupted" in out.stderr, out.stderr[-3000:]
+
+
+def test_sigterm_ends_a_benchmark_that_started_ray_as_ctrl_c_does(tmp_path):
+    """``ray.init`` puts its core worker's crash report in SIGTERM's place ("*** SIGTERM received
+    ... ***" and exit 15); a benchmark's Ray (bench/common.start_local_ray) keeps the command's
+    meaning of it, and the Ray it started ends with it. The signal comes once the benchmark says
+    it is measuring, which is after Ray's start."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    args = ["bench", "learners", "--learners", "1", "--seeds", "", "--iterations", "100000", "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "rllib_gpuenv.cli", *args]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    try:
+        seen, deadline = "", time.monotonic() + 600  # a hang guard: the wait is for the line
+        while "throughput ..." not in seen:
+            assert job.poll() is None and time.monotonic() < deadline, seen[-3000:]
+            seen += job.stdout.readline()
+        rays = [p for p in psutil.Process(job.pid).children(recursive=True) if "raylet" in " ".join(p.cmdline())]
+        assert rays, "no Ray of its own"
+        job.send_signal(signal.SIGTERM)
+        out, _ = job.communicate(timeout=600)
+    finally:
+        job.kill()
+    _, running = psutil.wait_procs(rays, timeout=60)
+    for ray_process in running:  # this test's own leftovers
+        ray_process.kill()
+    assert job.returncode == 130 and "rllib-gpuenv: interrupted" in out, out[-3000:]
+    assert "SIGTERM received" not in out and not running, (out[-3000:], running)
