@@ -202,6 +202,7 @@ def run(
     """Every setup's throughput, then its time to target per seed; print the table, write the results."""
 
     rows = setups(counts, layouts)
+    _config(rows[0], config_file, 0, device)  # the file's mistakes in one line before Ray starts
     needed = max(1 + r["num_learners"] + r["num_env_runners"] for r in rows)  # the driver, learners and runners: a CPU each
     cores = os.cpu_count() or 1
     start_local_ray(num_cpus=max(cores, needed))
@@ -297,6 +298,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--device",
+        type=options.device,  # a GPU this machine lacks: one line while parsing
         choices=["cpu", "cuda"],
         default="cpu",
         help="cuda: a GPU per colocated learner; separate: each env runner shares a GPU with a learner",

@@ -71,6 +71,14 @@ def test_block_size_without_a_gpu_says_so(tmp_path):
     assert out.returncode != 0 and "needs a CUDA GPU" in out.stderr
 
 
+def test_learners_names_a_missing_file_before_ray_starts(tmp_path):
+    out = run_module(
+        "rllib_gpuenv.cli", "bench", "learners", "--config-file", str(tmp_path / "none.yaml"), "--out", str(tmp_path)
+    )
+    assert out.returncode == 2 and "none.yaml" in out.stderr.splitlines()[-1], out.stderr[-3000:]
+    assert "Ray" not in out.stderr, out.stderr[-3000:]  # was found by the first run, once Ray had started
+
+
 def test_sampling(tmp_path):
     """The device runner's sample() side by side with the env alone, RLlib's draw and RLlib's runner."""
     out = bench(tmp_path, "sampling", "--num-envs", "8,16", "--rollout-length", "4", "--rounds", "2", "--min-seconds", "0.02")

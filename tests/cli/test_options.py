@@ -63,6 +63,12 @@ from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_f
         ),
         pytest.param(
             rllib_gpuenv_parser,
+            ["bench", "learners", "--device", "cuda"],  # was a choice only: refused once Ray had started
+            "argument --device: device 'cuda' asked for, but this machine has no CUDA GPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU"),
+        ),
+        pytest.param(
+            rllib_gpuenv_parser,
             ["bench", "ops", "--device", "cuda"],
             "argument --device: device 'cuda' asked for, but this machine has no CUDA GPU",
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU"),
