@@ -22,12 +22,14 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     if unknown:
         command = _subcommand(parser, args)
         options = [option for action in command._actions for option in action.option_strings]
-        named = []
+        notes = {}  # after the words as given, so that an option stays beside its value
         hints = getattr(command, "option_hints", {})
         for word in unknown:
             option = word.split("=", 1)[0]
             close = difflib.get_close_matches(option, options, n=1) if word.startswith("-") else []
             hint = hints.get(option) or (f"did you mean {close[0]}?" if close else None)
-            named.append(f"{word} ({hint})" if hint else word)
-        command.error(f"unrecognized arguments: {' '.join(named)}")
+            if hint:
+                notes[option] = hint
+        said = "; ".join(hint if len(notes) == 1 else f"{option}: {hint}" for option, hint in notes.items())
+        command.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({said})" if said else ""))
     return args

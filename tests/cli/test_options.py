@@ -93,9 +93,15 @@ def test_an_option_out_of_range_is_one_line_before_anything_runs(parser, args, m
         (
             rllib_gpuenv_parser,
             ["bench", "scaling", "--nmu-envs", "4"],
-            "rllib-gpuenv bench scaling: error: unrecognized arguments: --nmu-envs (did you mean --num-envs?) 4",
+            "rllib-gpuenv bench scaling: error: unrecognized arguments: --nmu-envs 4 (did you mean --num-envs?)",
         ),
         (rllib_parser, ["train", "file", "x.yaml", "--zzz"], "rllib train: error: unrecognized arguments: --zzz"),
+        (
+            rllib_gpuenv_parser,
+            ["bench", "scaling", "--nmu-envs", "4", "--rounds=2", "--plto"],
+            "rllib-gpuenv bench scaling: error: unrecognized arguments: --nmu-envs 4 --plto (--nmu-envs: did you mean "
+            "--num-envs?; --plto: did you mean --plot?)",
+        ),
     ],
 )
 def test_a_misspelt_option_is_named_with_the_closest_one_of_its_command(parser, args, message, capsys):
