@@ -74,6 +74,8 @@ def load_checkpoint(checkpoint: str | os.PathLike):
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     path = Path(checkpoint).expanduser().resolve()
+    if not path.exists():
+        raise EvaluationError(f"{checkpoint}: no such checkpoint folder")
     if not (path / MARKER).is_file():
         raise EvaluationError(not_a_checkpoint(path, f"no {MARKER}"))
     use_code_folders(path)  # the user's env module, imported from where the training imported it

@@ -202,3 +202,10 @@ def test_the_summary_counts_one_episode_as_one():
 
     assert Evaluation([9.0], [9]).summary().startswith("1 episode: mean return 9.00")
     assert Evaluation([1.0, 3.0], [1, 3]).summary().startswith("2 episodes: mean return 2.00")
+
+
+def test_a_checkpoint_folder_that_is_not_there_is_named_so(tmp_path):
+    from rllib_gpuenv.cli.evaluate import load_checkpoint
+
+    with pytest.raises(EvaluationError, match=r"/none: no such checkpoint folder$"):  # was "not an RLlib ... checkpoint"
+        load_checkpoint(str(tmp_path / "none"))
