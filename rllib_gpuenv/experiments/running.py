@@ -26,8 +26,19 @@ def check_fits_cluster(experiment: Experiment, cluster: dict | None = None) -> N
         raise ExperimentError(f"experiment {experiment.name!r}: {err}") from None
 
 
+def console_options(verbose: int) -> dict:
+    """``RunConfig``'s console settings for a command's ``verbose``: one progress row per result
+    (``ResultRows``), each trial's config at 2 and up, Tune's own trial messages at 3."""
+    from rllib_gpuenv.experiments.progress import ResultRows
+
+    return {
+        "progress_reporter": ResultRows(show_config=verbose >= 2),
+        "verbose": min(max(verbose - 1, 1), 3) if verbose > 0 else 0,
+    }
+
+
 @contextlib.contextmanager
-def _tune_progress_reporter_output():
+def tune_progress_reporter_output():
     """Tune's new console output ignores a ``progress_reporter`` (RLlib's example utilities set
     ``RAY_AIR_NEW_OUTPUT=0`` for the same reason); switch to the reporter output for one run."""
     previous = os.environ.get("RAY_AIR_NEW_OUTPUT")
@@ -94,7 +105,6 @@ def run_experiment(
     from ray import tune
     from ray.util import log_once
 
-    from rllib_gpuenv.experiments.progress import ResultRows
     from rllib_gpuenv.experiments.restore import experiment_folder, restoring
     from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
     from rllib_gpuenv.rllib.reset_in_place import resets_in_place
@@ -117,8 +127,7 @@ def run_experiment(
             storage_path=storage_path,
             checkpoint_config=tune.CheckpointConfig(**experiment.checkpoint_config),
             failure_config=tune.FailureConfig(**experiment.failure_config),
-            progress_reporter=ResultRows(show_config=verbose >= 2),
-            verbose=min(max(verbose - 1, 1), 3) if verbose > 0 else 0,
+            **console_options(verbose),
             callbacks=[TensorBoardCallback()],  # in place of Tune's: a result's scalars as one event
         )
         tuner = tune.Tuner(
@@ -136,5 +145,5 @@ def run_experiment(
     # Tune's warning that one is "not found in result dict" (with every key of the result) would
     # only say that an evaluation metric is not there before the first evaluation: not said.
     log_once("tune_trial_stop_criterion_not_found")
-    with _tune_progress_reporter_output():
+    with tune_progress_reporter_output():
         return tuner.fit()

@@ -41,7 +41,7 @@ from ray import tune
 from rllib_gpuenv.experiments.errors import ExperimentError
 from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, RETURN_METRIC, format_table, lookup
 from rllib_gpuenv.experiments.resource_space import ResourceSpace
-from rllib_gpuenv.experiments.running import check_fits_cluster
+from rllib_gpuenv.experiments.running import check_fits_cluster, console_options, tune_progress_reporter_output
 from rllib_gpuenv.experiments.spec import Experiment
 from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
 
@@ -177,11 +177,12 @@ def search_resources(
             stop=stop,
             storage_path=storage_path or experiment.storage_path,
             failure_config=tune.FailureConfig(**experiment.failure_config),
-            verbose=verbose,
+            **console_options(verbose),  # a row per result, as `rllib train` prints a run's
             callbacks=[starts, TensorBoardCallback()],  # in place of Tune's (experiments/tensorboard.py)
         ),
     )
-    results = tuner.fit()
+    with tune_progress_reporter_output():
+        results = tuner.fit()
     rows = rank([_row(result, list(combos[0]), target) for result in results])
     _print_table(rows, target)
     if interrupted():

@@ -89,6 +89,8 @@ def test_an_interrupted_search_writes_no_winner(ray_local, tmp_path, capsys):
     assert len(rows) == 1 and not (tmp_path / "best.yaml").exists()
     out = capsys.readouterr().out
     assert "| " in out and "best:" not in out
+    # a row per result, as `rllib train` prints a run's (was Tune's status tables and every trial's config)
+    assert "TERMINATED after 1 iteration(s)" in out and "Trial status" not in out, out
 
 
 def _validated(config) -> dict:
