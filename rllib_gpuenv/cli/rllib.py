@@ -367,6 +367,11 @@ def apply_run_options(experiments: list, args) -> str | None:
             experiment.checkpoint_config.update(checkpoint_score(args.checkpoint_score_attr))
         if args.max_failures is not None:
             experiment.failure_config["max_failures"] = args.max_failures
+        if experiment.resource_search is not None and experiment.num_samples != 1:  # it ran one trial per candidate
+            raise ExperimentError(
+                f"experiment {experiment.name!r}: num_samples is {experiment.num_samples}, but a resource search runs "
+                "one trial per candidate: leave num_samples at 1"
+            )
     if args.upload_dir and args.storage_path:
         logger.warning("--storage-path: not used: Tune writes the results to --upload-dir %s", args.upload_dir)
     return args.upload_dir or args.storage_path

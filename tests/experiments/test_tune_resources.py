@@ -178,3 +178,19 @@ def test_real_tune_search_writes_the_winning_experiment_whole(ray_local, tmp_pat
     assert rerun.error is None
     returns = [frame[RETURN_METRIC].tolist() for frame in (winner.metrics_dataframe, rerun.metrics_dataframe)]
     assert len(returns[1]) == 3 and returns[0] == returns[1]
+
+
+def test_a_search_with_several_samples_is_refused_before_ray_starts(tmp_path):
+    """`--num-samples 3` (or the file's num_samples) was ignored: the search runs one trial per candidate."""
+    from rllib_gpuenv.cli.rllib import apply_run_options, build_parser, experiments_from_args
+
+    path = tmp_path / "search.yaml"
+    path.write_text(
+        "s:\n  run: DevicePPO\n  env: GPUCartPole-v1\n  stop: {env_runners/episode_return_mean: 100}\n"
+        "  resource_search: {num_envs_per_env_runner: [16]}\n"
+    )
+    args = build_parser().parse_args(["train", "file", str(path), "--num-samples", "3"])
+    with pytest.raises(ExperimentError, match=r"experiment 's': num_samples is 3, but a resource search runs one trial per"):
+        apply_run_options(experiments_from_args(args), args)
+    args = build_parser().parse_args(["train", "file", str(path)])
+    assert apply_run_options(experiments_from_args(args), args) is None  # one sample: as before
