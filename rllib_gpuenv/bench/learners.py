@@ -200,7 +200,6 @@ def run(
     layouts: tuple[str, ...] = LAYOUTS,
 ) -> list[dict]:
     """Every setup's throughput, then its time to target per seed; print the table, write the results."""
-
     rows = setups(counts, layouts)
     _config(rows[0], config_file, 0, device)  # the file's mistakes in one line before Ray starts
     needed = max(1 + r["num_learners"] + r["num_env_runners"] for r in rows)  # the driver, learners and runners: a CPU each

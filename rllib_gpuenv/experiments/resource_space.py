@@ -57,7 +57,7 @@ def _check(source: str, key: str, value) -> None:
     if not isinstance(value, list) or not value:
         raise key_error(source, key, f"a list of the values to try ({kind}), e.g. [{max(LEAST[key], 1)}], got {value!r}")
     for item in value:
-        if not _number(item) or (integer and item != int(item)) or not LEAST[key] <= item < math.inf:
+        if not _number(item) or (integer and not isinstance(item, int)) or not LEAST[key] <= item < math.inf:
             raise key_error(source, key, f"the values to try are {kind}, got {item!r} in {value!r}")
 
 

@@ -36,6 +36,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from rllib_gpuenv.core.actions import ActionCheck
+from rllib_gpuenv.core.devices import canonical_device
 
 # Entries are a few hundred KB (Brax's pendulum: 0.6 MB for reset and step); past this JAX drops the
 # least recently used.
@@ -123,7 +124,7 @@ class JaxVectorEnv(gym.vector.VectorEnv):
         import jax
 
         self.num_envs = num_envs
-        self.device = torch.device(device)
+        self.device = canonical_device(device)  # as a tensor's device reads ("cuda" -> cuda:N, "cpu:0" -> cpu)
         self.jax_device = jax_device(self.device)
         self.single_observation_space = single_observation_space
         self.single_action_space = single_action_space

@@ -63,6 +63,11 @@ def test_a_candidate_that_cannot_fit_fails_before_any_trial(ray_local):
         ("{num_learners: [-1]}", r"num_learners: the values to try are integers >= 0, or auto, got -1 in \[-1\]$"),
         ("{num_gpus_per_env_runner: 0.5}", r"num_gpus_per_env_runner: a list of the values to try \(numbers >= 0\)"),
         ("{num_env_runners: [1.5]}", r"num_env_runners: the values to try are integers >= 0, got 1.5 in \[1.5\]$"),
+        (
+            "{num_envs_per_env_runner: [.inf]}",
+            r"num_envs_per_env_runner: the values to try are integers >= 1, got inf in \[inf\]$",
+        ),
+        ("{num_learners: [1.0]}", r"num_learners: the values to try are integers >= 0, or auto, got 1.0 in \[1.0\]$"),
         ("{time_budget_s: abc}", r"time_budget_s: seconds a trial may take: a number > 0, got 'abc'$"),
         ("{time_budget_s: -1}", r"time_budget_s: seconds a trial may take: a number > 0, got -1$"),
         ("[16, 32]", r"resource_search: expected a mapping of the values to try, got \[16, 32\]$"),

@@ -260,6 +260,9 @@ def test_a_jax_env_names_wrong_actions_and_steps_nothing(env_spec, actions, erro
         env.step(actions)
     assert all(np.array_equal(a, b) for a, b in zip(before, jax.tree.leaves(env.get_state()), strict=True))
     env.step(np.asarray(env.action_space.sample()))  # numpy actions, as gymnasium's vector envs take them
+    spelt = make_jax_env(env_spec, N, torch.device("cpu", 0), {})  # the device as a tensor's reads: cpu
+    spelt.reset(seed=0)
+    spelt.step(torch.as_tensor(spelt.action_space.sample()))
     assert make_device_env(env_spec, N, CPU, {}).validate_actions is False
 
 
