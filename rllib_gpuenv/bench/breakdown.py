@@ -624,18 +624,15 @@ def add_arguments(parser) -> None:
 
 
 def run_from_args(args) -> None:
-    try:
-        run(
-            args.num_envs,
-            args.rollout_length,
-            args.iterations,
-            device=args.device,
-            out_dir=args.out,
-            plot=args.plot,
-            algo=args.algo,
-            env=args.env,
-            config_file=args.device_config,
-            profile_build=args.profile_build,
-        )
-    except (ValueError, FileNotFoundError) as err:  # an algorithm or env it does not know, a missing experiment file
-        raise SystemExit(f"rllib-gpuenv bench breakdown: error: {err}") from None
+    run(
+        args.num_envs,
+        args.rollout_length,
+        args.iterations,
+        device=args.device,
+        out_dir=args.out,
+        plot=args.plot,
+        algo=args.algo,
+        env=args.env,
+        config_file=args.device_config,
+        profile_build=args.profile_build,
+    )

@@ -245,10 +245,7 @@ def add_arguments(parser) -> None:
 
 
 def run_from_args(args) -> None:
-    try:
-        run(args.files, args.seeds, device=args.device, budget_s=args.budget, out_dir=args.out, plot=args.plot)
-    except (ValueError, FileNotFoundError) as err:
-        raise SystemExit(f"rllib-gpuenv bench files: error: {err}") from None
+    run(args.files, args.seeds, device=args.device, budget_s=args.budget, out_dir=args.out, plot=args.plot)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -104,7 +104,7 @@ def replot(folder: str, out_dir: str | None = None) -> list[str]:
     ``scaling_<env>.json``): print its table, write ``<same name>.png`` to ``out_dir`` (default:
     the same folder); return the plots' paths."""
     if not os.path.isdir(folder):
-        raise SystemExit(f"{folder}: no such folder")
+        raise ValueError(f"{folder}: no such folder")
     out_dir = out_dir or folder
     os.makedirs(out_dir, exist_ok=True)
     written = []
@@ -123,7 +123,7 @@ def replot(folder: str, out_dir: str | None = None) -> list[str]:
         print(f"== {name} ({path})\n{text}\nplot: {plot}\n")
         written.append(plot)
     if not written:
-        raise SystemExit(f"{folder}: none of {', '.join(f'{n}.json' for n in REPLOTS)} found")
+        raise ValueError(f"{folder}: none of {', '.join(f'{n}.json' for n in REPLOTS)} found")
     return written
 
 
@@ -132,7 +132,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folder", help="where the results' JSON files are (e.g. benchmarks/)")
     parser.add_argument("--out", type=options.output_folder, help="where to write the plots (default: the same folder)")
     args = parser.parse_args(argv)
-    replot(args.folder, args.out)
+    try:
+        replot(args.folder, args.out)
+    except ValueError as err:  # no such folder, no results in it: a mistake in the command line (exit 2)
+        parser.error(str(err))
 
 
 if __name__ == "__main__":

@@ -975,16 +975,13 @@ def add_arguments(parser) -> None:
 
 
 def run_from_args(args) -> None:
-    try:
-        run(
-            args.contenders,
-            args.seeds,
-            target=args.target,
-            budget_s=args.budget,
-            out_dir=args.out,
-            plot=args.plot,
-            task=args.task,
-            device_config=args.device_config,
-        )
-    except (ValueError, FileNotFoundError) as err:  # a contender the task lacks, a missing experiment file
-        raise SystemExit(f"rllib-gpuenv bench training: error: {err}") from None
+    run(
+        args.contenders,
+        args.seeds,
+        target=args.target,
+        budget_s=args.budget,
+        out_dir=args.out,
+        plot=args.plot,
+        task=args.task,
+        device_config=args.device_config,
+    )

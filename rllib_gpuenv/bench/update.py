@@ -53,7 +53,7 @@ class PlainPPO:
         self.optimizer = torch.optim.Adam(self.params, lr=config.lr, fused=True)
         self.config = config
         if config.grad_clip and config.grad_clip_by != "global_norm":
-            raise SystemExit(f"plain torch clips gradients by global norm only, not by {config.grad_clip_by}")
+            raise ValueError(f"plain torch clips gradients by global norm only, not by {config.grad_clip_by}")
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
         from ray.rllib.core.columns import Columns
@@ -129,7 +129,7 @@ class PlainDQN(PlainReplayUpdate):
 
     def __init__(self, obs_dim: int, num_actions: int, config, device):
         if not (config.dueling and config.double_q and config.td_error_loss_fn == "huber" and config.num_atoms == 1):
-            raise SystemExit("plain torch DQN is written for dueling heads, double Q, the Huber loss and one atom")
+            raise ValueError("plain torch DQN is written for dueling heads, double Q, the Huber loss and one atom")
         model = config.model_config
         activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[model["fcnet_activation"]]
 
@@ -268,7 +268,7 @@ def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
         results = []
         for size in minibatch_sizes:
             if rows % size:
-                raise SystemExit(f"minibatch size {size} does not divide the rollout's {rows} rows")
+                raise ValueError(f"minibatch size {size} does not divide the rollout's {rows} rows")
             epochs = max(1, steps_per_update * size // rows)
             settings = {"num_epochs": epochs, "minibatch_size": size, "shuffle_batch_per_epoch": True}
 

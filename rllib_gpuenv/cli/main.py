@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         collector.resume()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     quiet_start()
-    return run_command("rllib-gpuenv", args.func, args)
+    prog = "rllib-gpuenv" if args.command != "bench" else f"rllib-gpuenv bench {args.benchmark}"
+    return run_command(prog, args.func, args)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,22 @@ def test_learners_names_a_missing_file_before_ray_starts(tmp_path):
     assert "Ray" not in out.stderr, out.stderr[-3000:]  # was found by the first run, once Ray had started
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["breakdown", "--env", "NoSuch-v0"], "--env NoSuch-v0: the breakdown times an env of this package: GPUCartPole-v1"),
+        (["files", "--files", "none.yaml"], "'none.yaml' is not an experiment file shipped with rllib_gpuenv"),
+        (["update", "--algos", "ppo", "--minibatch-sizes", "100"], "minibatch size 100 does not divide the rollout's"),
+    ],
+    ids=["breakdown", "files", "update"],
+)
+def test_a_benchmarks_mistake_is_one_line_and_exit_code_2(tmp_path, args, message):
+    """As argparse's own mistakes: one line after the benchmark's name, exit code 2 (it was 1)."""
+    out = run_module("rllib_gpuenv.cli", "bench", *args, "--out", str(tmp_path))
+    last = out.stderr.splitlines()[-1]
+    assert out.returncode == 2 and last.startswith(f"rllib-gpuenv bench {args[0]}: error: ") and message in last, out.stderr
+
+
 def test_sampling(tmp_path):
     """The device runner's sample() side by side with the env alone, RLlib's draw and RLlib's runner."""
     out = bench(tmp_path, "sampling", "--num-envs", "8,16", "--rollout-length", "4", "--rounds", "2", "--min-seconds", "0.02")
@@ -120,9 +136,13 @@ def test_replot_draws_the_recorded_results_again(tmp_path):
 def test_replot_of_a_folder_that_is_not_there_says_so_and_makes_none(tmp_path):
     from rllib_gpuenv.bench.replot import replot
 
-    with pytest.raises(SystemExit, match=r"missing: no such folder"):
+    with pytest.raises(ValueError, match=r"missing: no such folder"):
         replot(str(tmp_path / "missing"))
     assert not (tmp_path / "missing").exists()
+    out = run_module("rllib_gpuenv.bench.replot", str(tmp_path / "missing"))
+    assert out.returncode == 2 and out.stderr.splitlines()[-1].endswith(
+        "error: " + str(tmp_path / "missing") + ": no such folder"
+    )
 
 
 def test_breakdown(tmp_path):

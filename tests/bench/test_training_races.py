@@ -164,7 +164,7 @@ def test_a_race_judged_on_evaluation_refuses_a_file_that_never_evaluates(tmp_pat
         "--out",
         str(tmp_path / "out"),
     )
-    assert out.returncode != 0
+    assert out.returncode == 2 and out.stderr.startswith("rllib-gpuenv bench training: error: "), out.stderr[-3000:]
     assert "task mountaincar-dqn is judged on evaluation episodes" in out.stderr and "set evaluation_interval" in out.stderr
     assert not (tmp_path / "out").exists()  # no run started
 
@@ -208,7 +208,7 @@ def test_training_refuses_a_contender_the_task_lacks(tmp_path):
         str(tmp_path),
     )
     assert (
-        out.returncode != 0
+        out.returncode == 2
         and "task 'pendulum-ppo' has no contender 'stock-runner': its contenders are device, stock-rllib, sb3" in out.stderr
     )
 
