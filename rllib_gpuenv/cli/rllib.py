@@ -466,8 +466,11 @@ def train_command(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(build_parser(), argv)
+    # Beside Tune's and RLlib's lines, the package's say whose they are; evaluate's are its output, as
+    # under `rllib-gpuenv evaluate`.
+    plain = args.command in ("evaluate", "rollout")
+    logging.basicConfig(level=logging.INFO, format="%(message)s" if plain else "%(levelname)s %(name)s: %(message)s")
     collector.resume()  # its trials build in Tune's actors
     quiet_start()
     return run_command("rllib", args.func, args)

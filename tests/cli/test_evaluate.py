@@ -80,6 +80,9 @@ def test_rllib_evaluate_plays_deterministic_episodes_and_records_an_mp4(checkpoi
     assert "XDG_RUNTIME_DIR" not in out.stderr and "ALSA" not in out.stderr, out.stderr[-3000:]  # SDL kept quiet
     assert "4 episodes: mean return" in out.stdout and ", min " in out.stdout and ", max " in out.stdout
     assert f"written to {video}" in out.stdout
+    assert out.stderr.startswith(f"evaluating {checkpoints['device']} on cpu: 4 episodes of "), out.stderr[
+        -3000:
+    ]  # as rllib-gpuenv's
     frames = imageio.mimread(video, memtest=False)
     assert len(frames) >= 2 and frames[0].shape == FRAME_SHAPE
 
