@@ -28,6 +28,7 @@ definition per kernel.
 from __future__ import annotations
 
 import dis
+import inspect
 import math
 import types
 from collections.abc import Callable
@@ -140,6 +141,77 @@ def global_functions(fn: Callable) -> dict[str, types.FunctionType]:
     """The Python functions ``fn`` reads by global name: what numba compiles along with it."""
     found = {name: fn.__globals__.get(name) for name in _global_names(fn.__code__)}
     return {name: value for name, value in found.items() if isinstance(value, types.FunctionType)}
+
+
+def _attribute_names(code: types.CodeType) -> set[str]:
+    """The attributes ``code`` and the functions nested in it read (``consts.BONUS``'s ``BONUS``)."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_ATTR", "LOAD_METHOD")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _attribute_names(const)
+    return names
+
+
+def _value_text(value: Any) -> bytes:
+    """What a compiled kernel takes from a value it reads: its contents (numba freezes globals as
+    constants); an object whose text is only its address, its type's name (stable across runs)."""
+    if isinstance(value, np.ndarray):
+        return repr((value.dtype, value.shape)).encode() + value.tobytes()
+    text = repr(value)
+    if " at 0x" in text:
+        text = f"<{type(value).__module__}.{type(value).__qualname__}>"
+    return text.encode()
+
+
+def source_fingerprint(functions: list[Callable], digest) -> bool:
+    """Feed ``digest`` with everything the kernel that compiles ``functions`` is made of: their
+    sources, and recursively those of the functions they call (a jitable's kernel bodies too)
+    and the values they read (globals, the attributes they read of a module, closure cells).
+    numba's on-disk cache checks only the kernel's own file: a helper or a constant edited in
+    another module, or a factory's closure, would otherwise load a kernel built from the old
+    ones. False where a source cannot be read (a notebook, ``exec``): not cached on disk then."""
+    seen: set[int] = set()
+    stack: list[Any] = list(functions)
+    while stack:
+        fn = stack.pop()
+        fn = inspect.unwrap(getattr(fn, "py_func", fn))  # a numba dispatcher, a functools.wraps wrapper
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        try:
+            digest.update(inspect.getsource(fn).encode())
+        except (OSError, TypeError):
+            return False
+        read = [fn.__globals__[n] for n in sorted(_nested_global_names(fn.__code__)) if n in fn.__globals__]
+        attributes = sorted(n for n in _attribute_names(fn.__code__) if not n.startswith("__"))
+        for module in [v for v in read if isinstance(v, types.ModuleType)]:
+            read += [getattr(module, n) for n in attributes if hasattr(module, n)]
+        read += [getattr(fn, a) for a in (_NUMBA_BODY, _CUDA_BODY, _SINGLE) if callable(getattr(fn, a, None))]
+        read += _cell_values(fn)
+        for value in read:
+            if isinstance(value, types.FunctionType) or hasattr(value, "py_func"):
+                stack.append(value)
+            elif not isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
+                digest.update(_value_text(value))
+    return True
+
+
+def _cell_values(fn: types.FunctionType) -> list[Any]:
+    values = []
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # a cell not filled yet
+            pass
+    return values
+
+
+def _nested_global_names(code: types.CodeType) -> set[str]:
+    names = _global_names(code)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _nested_global_names(const)
+    return names
 
 
 def _rebind(fn: F, value: Callable[[Any], Any], const: Callable[[Any], Any] = lambda c: c, name: str | None = None) -> F:

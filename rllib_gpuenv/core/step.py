@@ -35,7 +35,7 @@ from gymnasium import spaces
 from rllib_gpuenv.core import ops, tuples
 from rllib_gpuenv.core.buffers import StepConstants
 from rllib_gpuenv.core.env_def import EnvDef
-from rllib_gpuenv.core.jit import bind, jitable, single_precision
+from rllib_gpuenv.core.jit import bind, jitable, single_precision, source_fingerprint
 from rllib_gpuenv.core.ops import select, tensor_float, to_float32
 from rllib_gpuenv.core.rng import bits_to_uniform, env_bits, episode_bits, reset_bits
 
@@ -335,6 +335,8 @@ class BoundEnv:
                 digest.update(inspect.getsource(module).encode())
             except (OSError, TypeError):
                 return None
+        if not source_fingerprint(functions, digest):  # what they call and read, in other modules too
+            return None
         slug = "".join(c if c.isalnum() else "_" for c in self.definition.id)
         return f"{kernel}__{slug}__{str(dtype).replace('torch.', '')}__{digest.hexdigest()[:16]}"
 
