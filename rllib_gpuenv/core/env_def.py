@@ -142,7 +142,9 @@ class EnvDef:
             kind = type(getattr(defaults, name))
             if kind is bool and not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"{self.id} parameter {name} must be True or False, got {value!r}")
-            if kind is int and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            if kind is int and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+                raise TypeError(f"{self.id} parameter {name} must be an integer, got {value!r}")
+            if kind is int and value < 1 <= getattr(defaults, name):  # a count (substeps): its default is one
                 raise TypeError(f"{self.id} parameter {name} must be a positive integer, got {value!r}")
             if kind is float and (
                 isinstance(value, bool)

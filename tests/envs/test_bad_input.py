@@ -105,6 +105,7 @@ def test_actions_on_the_wrong_device(env):
         ({"dtype": "float16"}, ValueError, "float32 or float64"),
         ({"output": "jax"}, ValueError, "'torch' or 'numpy'"),
         ({"substeps": 0}, TypeError, "substeps must be a positive integer"),
+        ({"substeps": 2.0}, TypeError, "substeps must be an integer, got 2.0"),
         ({"gravity": "high"}, TypeError, "gravity must be a finite number"),
         (
             {"mass": 1.0},
@@ -121,6 +122,23 @@ def test_actions_on_the_wrong_device(env):
 def test_bad_constructor_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):
         CartPoleVectorEnv(**{"num_envs": 2, **kwargs})
+
+
+def test_an_integer_parameter_is_a_count_only_where_its_default_is_one():
+    """CartPole's substeps (default 1) is a count; a user's offset whose default is 0 takes 0 and below."""
+    import dataclasses
+    from typing import NamedTuple
+
+    class Params(NamedTuple):
+        substeps: int = 1
+        offset: int = 0
+
+    definition = dataclasses.replace(CartPoleVectorEnv.definition, id="IntParams-v0", params=Params)
+    assert definition.make_params(offset=0).offset == 0 and definition.make_params(offset=-3).offset == -3
+    with pytest.raises(TypeError, match="offset must be an integer, got 0.5"):
+        definition.make_params(offset=0.5)
+    with pytest.raises(TypeError, match="substeps must be a positive integer, got 0"):
+        definition.make_params(substeps=0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU messages")
