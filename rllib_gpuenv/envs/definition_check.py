@@ -4,6 +4,8 @@ rule that fixes them, not met later as torch's or numba's words deep inside a st
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -66,22 +68,57 @@ def check_definition(env_class: type[GPUVectorEnv]) -> None:
         )
     try:
         env = env_class(2, backend="torch", device="cpu")
+        _check_outputs(env)  # step's and observe's outputs, named before the env uses them
         env.reset(seed=0)
         for _ in range(2):
             env.step(torch.as_tensor(env.action_space.sample()))
-        bound, buffers = env._bound, env._buffers
-        state = bound.state_items(buffers.state, buffers.array)
-        with tensor_float(env.dtype):  # one step as the torch backend takes it, the state returned kept whole
-            returned = definition.step(
-                state, bound.action_items(env._action_tensor(env.action_space.sample()), env.dtype), env.params
-            )[0]
     except Exception as err:
         hint = next((rule for words, rule in HINTS if words in str(err)), None)
         if hint is None:
-            raise  # the env's own error, from its own line
+            raise  # the env's own error (or this check's), from its own line
         raise TypeError(f"{definition.id}: {err}: {hint}") from err
-    if len(returned) != len(state):
-        raise TypeError(f"{definition.id}: step returns a state of {len(returned)} values: {HINTS[-1][1]}")
+
+
+def _check_outputs(env: GPUVectorEnv) -> None:
+    """One step of the env's (fresh) state as the torch backend takes it, outputs kept whole: the
+    state it returns, its reward and the observation of that state, one value per env each."""
+    definition, bound, buffers = env.definition, env._bound, env._buffers
+    state = bound.state_items(buffers.state, buffers.array)
+    with tensor_float(env.dtype):
+        returned, reward, _ = definition.step(
+            state, bound.action_items(env._action_tensor(env.action_space.sample()), env.dtype), env.params
+        )
+        if len(returned) != len(state):
+            raise TypeError(f"{definition.id}: step returns a state of {len(returned)} values: {HINTS[-1][1]}")
+        observation = definition.observe(returned, env.params)
+    _check_per_env(definition.id, {"step's reward": reward}, numbers_too=True)
+    if not definition.array_observation:
+        if len(observation) != definition.obs_size:
+            raise TypeError(
+                f"{definition.id}: observe returns {len(observation)} values, obs_size is {definition.obs_size}: "
+                "one value per number of the observation (and observation_bounds one bound each)"
+            )
+        _check_per_env(definition.id, {f"observe's value {i}": value for i, value in enumerate(observation)})
+
+
+def _check_per_env(env_id: str, values: dict[str, Any], numbers_too: bool = False) -> None:
+    """Each value is one number per env: a tensor with one value for each of the two envs (or,
+    where ``numbers_too``, a number every env shares, as CartPole's reward of 1.0)."""
+    for name, value in values.items():
+        shared = isinstance(value, (int, float)) and not isinstance(value, bool)
+        shared = shared or (isinstance(value, torch.Tensor) and value.dim() == 0)
+        if shared and numbers_too:
+            continue
+        if shared:
+            raise TypeError(
+                f"{env_id}: {name} is the single number {value!r}: each value of the observation is one per env, "
+                f"made from the state (a constant c: x * 0.0 + c, with x a number of the state)"
+            )
+        if not isinstance(value, torch.Tensor) or value.shape != (2,):
+            kind = (
+                f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+            )
+            raise TypeError(f"{env_id}: {name} is {kind}, not one number per env: write it from the state's numbers")
 
 
 def _check_called_functions(env_id: str, function, seen: set | None = None) -> None:

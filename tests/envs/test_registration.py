@@ -232,6 +232,24 @@ def _reach1d_source() -> str:
         ),
         ("params", "params=Reach1DParams,", "params=dict,", r"params must be a NamedTuple class"),
         (
+            "observe_count",
+            "return target - position, velocity\n",
+            "return target - position, velocity, target\n",
+            r"observe returns 3 values, obs_size is 2: one value per number of the observation",
+        ),
+        (
+            "observe_constant",
+            "return target - position, velocity\n",
+            "return target - position, 0.0\n",
+            r"observe's value 1 is the single number 0.0: .* \(a constant c: x \* 0.0 \+ c",
+        ),
+        (
+            "reward_tuple",
+            "ops.select(arrived, p.bonus, -distance), arrived",
+            "(-distance, -distance), arrived",
+            r"step's reward is a tuple, not one number per env",
+        ),
+        (
             "names",
             'state_names=("position", "velocity", "target"),',
             'state_names=("position", "velocity"),',
