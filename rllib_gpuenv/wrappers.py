@@ -321,11 +321,12 @@ class CheckDeviceEnv(VectorWrapper):
 class CheckTensorEnvOutputs(VectorWrapper):
     """A tensor env of yours, its first reset's and first step's outputs checked against what the
     device env runner reads: torch tensors on the env's device, observations of the declared
-    space's shape, one reward and one flag of each kind per env, and a SAME_STEP env's
+    space's shape and dtype, one reward and one flag of each kind per env, and a SAME_STEP env's
     ``infos["final_obs"]`` and ``infos["_final_obs"]`` (the first step that has them) as tensors.
     A mistake is named with the output, what it is and what it should be, where it would otherwise
     fail later in the runner or the module ("'numpy.ndarray' object has no attribute 'bool'",
-    "mat1 and mat2 shapes cannot be multiplied"). Once checked, the outputs pass through."""
+    "mat1 and mat2 shapes cannot be multiplied", "mat1 and mat2 must have the same dtype"). Once
+    checked, the outputs pass through."""
 
     def __init__(self, env: gym.vector.VectorEnv, device: torch.device):
         super().__init__(env)
@@ -382,6 +383,12 @@ class CheckTensorEnvOutputs(VectorWrapper):
             if name not in shapes and tuple(value.shape) != (n,):
                 raise ValueError(
                     f"{where} of shape {tuple(value.shape)}: one per env, shape ({n},), is what num_envs={n} makes it"
+                )
+            declared = torch.from_numpy(np.empty(0, space.dtype)).dtype if isinstance(space, Box) else None
+            if name in shapes and declared is not None and value.dtype != declared:
+                raise TypeError(
+                    f"{where} as {value.dtype}, but the observation space {space} holds {declared} (the module's "
+                    f"layers take what the space declares): return .to({declared}), or declare the space the env has"
                 )
 
 

@@ -350,6 +350,11 @@ class WideObservations(scripted_envs.ScriptedNextStep):
         return torch.cat([super()._obs(), super()._obs()[:, :1]], dim=1)
 
 
+class IntegerObservations(scripted_envs.ScriptedNextStep):
+    def _obs(self) -> torch.Tensor:
+        return super()._obs().long()  # in its float32 Box
+
+
 class NumpyFinalObsMask(scripted_envs.ScriptedSameStep):
     def step(self, actions):
         obs, rewards, terminated, truncated, info = super().step(actions)
@@ -367,6 +372,12 @@ class NumpyFinalObsMask(scripted_envs.ScriptedSameStep):
         (RewardColumn, ValueError, f"RewardColumn.step() returned rewards of shape ({N}, 1): one per env, shape ({N},)"),
         (WideObservations, ValueError, f"WideObservations.reset() returned observations of shape ({N}, 3), but num_envs={N}"),
         (NumpyFinalObsMask, TypeError, "NumpyFinalObsMask.step() returned infos['_final_obs'] as a numpy.ndarray"),
+        (  # it was "mat1 and mat2 must have the same dtype" in the module's first layer
+            IntegerObservations,
+            TypeError,
+            "IntegerObservations.reset() returned observations as torch.int64, but the observation space Box(0.0, 1000.0, "
+            "(2,), float32) holds torch.float32",
+        ),
     ],
 )
 def test_a_tensor_envs_wrong_outputs_are_named_with_what_they_should_be(env, error, message):
