@@ -97,6 +97,15 @@ def _no_misspelt_option(definition: EnvDef, params: dict, init) -> None:
             raise TypeError(f"{definition.id}: no option or parameter {name!r}: did you mean {close[0]}?")
 
 
+def check_options(definition: EnvDef, options: dict) -> None:
+    """Check the names and parameter values that a ``GPUVectorEnv`` of ``definition`` would be made
+    with, without making one: an RLlib ``env_config``, before Ray starts its env runners."""
+    named = set(inspect.signature(GPUVectorEnv.__init__).parameters) - {"self", "params"}
+    params = {k: v for k, v in options.items() if k not in named}
+    _no_misspelt_option(definition, params, GPUVectorEnv.__init__)
+    definition.make_params(**params)
+
+
 def _positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")

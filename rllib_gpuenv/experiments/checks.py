@@ -206,6 +206,7 @@ def validate_config(config: Any, flat_settings: dict, where: str, from_command_l
     if problem:
         raise key_error(where, key_label(problem[0], from_command_line), problem[1])
     try:
+        _check_env_options(config)
         config.copy(copy_frozen=False).validate()
     except (ValueError, TypeError, AssertionError, KeyError) as err:
         message = one_line(err)
@@ -218,6 +219,17 @@ def validate_config(config: Any, flat_settings: dict, where: str, from_command_l
                 f"own check; set {key} in the config{fix}: {message}"
             )
         raise key_error(where, key_label(key, from_command_line), message) from None
+
+
+def _check_env_options(config: Any) -> None:
+    """An env of this package's (or yours) with an ``env_config`` it cannot take (a misspelt
+    parameter), under any algorithm: named here, not by each env runner once Ray has started."""
+    from rllib_gpuenv.envs import env_definition
+    from rllib_gpuenv.envs.vector_env import check_options
+
+    definition = env_definition(config.env) if isinstance(config.env, str) else None
+    if definition is not None:
+        check_options(definition, {k: v for k, v in (config.env_config or {}).items() if k not in ("num_envs", "device")})
 
 
 def check_name(name: str, where: str) -> None:

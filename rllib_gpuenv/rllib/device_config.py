@@ -180,7 +180,8 @@ class DeviceRolloutsConfig:
 
     def _check_env_config_leaves_the_runner_its_settings(self) -> None:
         """The runner gives every env it makes its ``num_envs`` and ``device``: the same keys in
-        ``env_config`` with other values would be dropped in silence."""
+        ``env_config`` with other values would be dropped in silence. The rest, for an env of this
+        package or yours, are its options and parameters: checked by name and value."""
         env_config = self.env_config or {}
         given = env_config.get("num_envs", self.num_envs_per_env_runner)
         if given != self.num_envs_per_env_runner:
@@ -198,6 +199,15 @@ class DeviceRolloutsConfig:
                 f"device ({runners}): set devices(env_runners={str(env_config['device'])!r}) "
                 "and drop device from env_config"
             )
+        from rllib_gpuenv.envs import env_definition
+        from rllib_gpuenv.envs.vector_env import check_options
+
+        definition = env_definition(self.env) if isinstance(self.env, str) else None
+        if definition is not None:  # a misspelt parameter fails here, not in each env runner once Ray has started
+            try:
+                check_options(definition, {k: v for k, v in env_config.items() if k not in ("num_envs", "device")})
+            except TypeError as err:
+                raise ValueError(f"env_config: {err}") from None
 
     @property
     def _stock_algorithm(self) -> str:

@@ -87,6 +87,11 @@ def test_train_refuses_bad_input_before_ray_starts(tmp_path):
     assert "Started a local Ray instance" not in out.stderr, out.stderr[-2000:]
     out = rllib("train", "-f", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
+    # an env parameter misspelt: each env runner (RLlib's stock one too) failed on it once Ray had started
+    for algo in ("PPO", "DevicePPO"):
+        out = rllib("train", "--algo", algo, "--env", "GPUPendulum-v1", "--config", '{"env_config": {"gg": 9.0}}')
+        assert out.returncode == 2 and "GPUPendulum-v1 has no parameter(s) ['gg'] (did you mean g?)" in out.stderr
+        assert "Started a local Ray instance" not in out.stderr, out.stderr[-2000:]
     # the main job's options, as rllib train spells them
     out = rllib("train", "--algo", "DevicePPO", "--env", "GPUCartPole-v1", "--device", "cpu")
     assert out.returncode == 2 and '--device (rllib train sets devices in the config: --config \'{"devices"' in out.stderr

@@ -324,6 +324,12 @@ def test_callbacks_without_per_episode_hooks_are_accepted():
             r"env_config sets num_envs=4, but each env runner makes num_envs_per_env_runner=64 envs: set "
             r"env_runners\(num_envs_per_env_runner=4\)",
         ),
+        (  # each remote env runner failed on it, once Ray had started
+            lambda c: c.environment(env_config={"graivty": 9.8}),
+            r"GPUCartPole-v1 has no parameter\(s\) \['graivty'\] \(did you mean gravity\?\)",
+        ),
+        (lambda c: c.environment(env_config={"backnd": "torch"}), r"no option or parameter 'backnd': did you mean backend\?"),
+        (lambda c: c.environment(env_config={"substeps": 0}), r"substeps must be a positive integer, got 0"),
         (
             lambda c: c.env_runners(env_runner_cls=SingleAgentEnvRunner),
             r"DevicePPO trains on DeviceEnvRunner's rollouts, but env_runner_cls=SingleAgentEnvRunner returns episodes",
