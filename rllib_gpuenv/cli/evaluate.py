@@ -200,7 +200,15 @@ def evaluate(
         # (without these SDL prints errors about both on a headless machine)
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env = as_the_module_sees_it(make_device_env(config.env, episodes, torch_device, env_config), config)
+    try:
+        env = as_the_module_sees_it(make_device_env(config.env, episodes, torch_device, env_config), config)
+    except ValueError as err:
+        if "It is no gymnasium id" not in str(err):
+            raise
+        raise EvaluationError(  # an env of yours that the training's process registered (a module it imported)
+            f"{config.env} is not registered in this process: name the module that registers it, "
+            f"--env your_module:{config.env} (importing it registers the env, as the training's process did)"
+        ) from None
     try:
         logger.info("evaluating %s on %s: %d episodes of %s", checkpoint, torch_device, episodes, config.env)
         obs, _ = env.reset(seed=seed)
@@ -258,7 +266,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     old = parser.add_argument_group("old command lines (`rllib evaluate CHECKPOINT --algo PPO --env CartPole-v1 ...`)")
     old.add_argument("--algo", "--run", dest="algo", help="checked: the checkpoint names its algorithm")
-    old.add_argument("--env", help="checked: the checkpoint names its env")
+    old.add_argument(
+        "--env",
+        help="checked: the checkpoint names its env; your_module:Env-v0 imports your_module first, which registers "
+        "the env (a checkpoint of your env trained under its bare id)",
+    )
     old.add_argument("--steps", type=int, help="refused with the replacement: evaluate plays whole episodes (--episodes)")
     old.add_argument("--render", action="store_true", help="refused with the replacement: --video PATH")
     parser.set_defaults(func=_command)
@@ -286,8 +298,14 @@ def _check_old_options(args) -> None:
     algo = config.algo_class.__name__
     if args.algo is not None and args.algo != algo:
         raise EvaluationError(f"--algo {args.algo}: {args.checkpoint} is a checkpoint of {algo}: drop --algo")
-    if args.env is not None and unqualified_env_id(args.env) != unqualified_env_id(config.env):
+    bare = unqualified_env_id(config.env)
+    if args.env is not None and args.env.split(":", 1)[-1] != (bare.split(":", 1)[-1] if isinstance(bare, str) else bare):
         raise EvaluationError(f"--env {args.env}: {args.checkpoint} was trained on {config.env}, which it plays: drop --env")
+    if args.env is not None and ":" in args.env and isinstance(bare, str) and ":" not in bare:
+        # trained under its bare id (a module the training imported registered it): importing that module registers it here
+        from rllib_gpuenv.rllib.env_runner import check_prefixed_id
+
+        check_prefixed_id(args.env)
 
 
 def _command(args) -> int:

@@ -212,3 +212,47 @@ def test_a_checkpoint_folder_that_is_not_there_is_named_so(tmp_path):
 
     with pytest.raises(EvaluationError, match=r"/none: no such checkpoint folder$"):  # was "not an RLlib ... checkpoint"
         load_checkpoint(str(tmp_path / "none"))
+
+
+def test_a_checkpoint_of_your_env_trained_under_its_bare_id_plays_with_its_module_named(tmp_path, monkeypatch):
+    """The README's flow in Python: `import reach_module` registers Reach1D, the config names its bare
+    id. Another process has no such id: evaluate says to name the module, and `--env module:id` plays."""
+    import re
+
+    from tests.helpers import ROOT, run_code
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    source = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'id="Reach1D-v0"' in b)
+    (tmp_path / "reach_bare_module.py").write_text(source.replace("Reach1D-v0", "Reach1DBare-v0"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import reach_bare_module  # noqa: F401 (registers Reach1DBare-v0)
+
+    algo = (
+        DevicePPOConfig()
+        .environment("Reach1DBare-v0")
+        .env_runners(num_envs_per_env_runner=16)
+        .device_rollouts(rollout_length=8)
+        .training(minibatch_size=64, num_epochs=1)
+        .build_algo()
+    )
+    try:
+        algo.train()
+        checkpoint = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
+    finally:
+        algo.stop()
+
+    def command(*args):
+        return run_code(
+            f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nfrom rllib_gpuenv.cli.main import main\n"
+            f"sys.exit(main(['evaluate', {checkpoint!r}, '--episodes', '2', *{list(args)!r}]))"
+        )
+
+    unnamed = command()
+    assert unnamed.returncode == 2 and (
+        "Reach1DBare-v0 is not registered in this process: name the module that registers it, --env "
+        "your_module:Reach1DBare-v0" in unnamed.stderr
+    ), unnamed.stderr[-3000:]
+    named = command("--env", "reach_bare_module:Reach1DBare-v0")
+    assert named.returncode == 0 and "2 episodes: mean return" in named.stdout, named.stderr[-3000:]
+    other = command("--env", "reach_bare_module:Reach1DOther-v0")
+    assert other.returncode == 2 and "was trained on Reach1DBare-v0, which it plays: drop --env" in other.stderr
