@@ -52,6 +52,19 @@ def tune_progress_reporter_output():
             os.environ["RAY_AIR_NEW_OUTPUT"] = previous
 
 
+def trial_name(trial) -> str:
+    """Tune's name for a trial (``<algorithm>_<env>_<trial id>``, as RLlib's old CLI showed it:
+    ``DevicePPO_GPUCartPole-v1_3a477_00000``) with the env's bare id: the ``module:`` before it,
+    which the trials import the env by (``rllib_gpuenv:``), is not part of the name."""
+    env = trial.config.get("env")
+    if isinstance(env, str):
+        env = env.split(":", 1)[-1]
+    elif isinstance(env, type):
+        env = env.__name__
+    name = f"{trial.trainable_name}_{env}" if env else trial.trainable_name
+    return f"{name}_{trial.trial_id}".replace("/", "_")
+
+
 def make_scheduler(name: str, settings: dict | None = None):
     """Tune's trial scheduler ``name`` with ``settings`` (old ``rllib train``'s ``--scheduler`` and
     ``--scheduler-config``), checked: an unknown name or setting is an ``ExperimentError`` (Tune's
@@ -136,6 +149,7 @@ def run_experiment(
             run_config=run_config,
             tune_config=tune.TuneConfig(
                 num_samples=experiment.num_samples,
+                trial_name_creator=trial_name,
                 scheduler=make_scheduler(*scheduler) if scheduler else None,
                 # a trial's actor goes on with the next trial, or with PBT's new config, in its process
                 reuse_actors=resets_in_place(experiment.algo_class),

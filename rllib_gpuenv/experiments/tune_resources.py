@@ -41,7 +41,12 @@ from ray import tune
 from rllib_gpuenv.experiments.errors import ExperimentError
 from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, RETURN_METRIC, format_table, lookup
 from rllib_gpuenv.experiments.resource_space import ResourceSpace
-from rllib_gpuenv.experiments.running import check_fits_cluster, console_options, tune_progress_reporter_output
+from rllib_gpuenv.experiments.running import (
+    check_fits_cluster,
+    console_options,
+    trial_name,
+    tune_progress_reporter_output,
+)
 from rllib_gpuenv.experiments.spec import Experiment
 from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
 
@@ -171,6 +176,7 @@ def search_resources(
         tune_config=tune.TuneConfig(
             search_alg=BasicVariantGenerator(points_to_evaluate=[dict(c) for c in combos], max_concurrent=1),
             num_samples=len(combos),
+            trial_name_creator=trial_name,
         ),
         run_config=tune.RunConfig(
             name=experiment.name,

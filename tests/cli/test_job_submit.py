@@ -19,6 +19,7 @@ Readiness is waited for, never assumed: the head's start, then the job agent (a 
 
 import glob
 import itertools
+import json
 import os
 import re
 import shutil
@@ -210,8 +211,10 @@ def test_readme_recipe_submits_follows_and_reads_a_training_job(recipe_and_head,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming" in resumed.stdout and ": TERMINATED after 12 iteration(s)" in resumed.stdout, resumed.stdout[-5000:]
-    assert "reach1d_job_env:Reach1DJob-v0" in resumed.stdout, resumed.stdout[-3000:]  # the trials trained on it
+    assert "DevicePPO_Reach1DJob-v0_" in resumed.stdout, resumed.stdout[-3000:]  # the trials trained on it
     went_on = iterations(resumed.stdout)
     assert went_on and 1 < min(went_on) <= stopped_at + 1 and max(went_on) == 12, went_on  # from a checkpoint
-    # the same trial, not a new one
+    # the same trial, not a new one, whose processes imported the env by the module that registers it
+    (params,) = glob.glob(os.path.join(env["HOME"], "stopped", "*", "*", "params.json"))
     assert len(glob.glob(os.path.join(env["HOME"], "stopped", "*", "*", "progress.csv"))) == 1
+    assert json.load(open(params))["env"] == "reach1d_job_env:Reach1DJob-v0"

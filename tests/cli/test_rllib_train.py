@@ -272,7 +272,7 @@ def test_old_files_old_names_and_a_shipped_file_run_with_tune(tmp_path):
     )
     assert "num_workers: called 'num_env_runners' today" in out.stderr
     # one row per result (return, env steps, env-steps/s, time), no config dump without -v
-    legacy_trial = "DevicePPO_rllib_gpuenv:GPUCartPole-v1_"
+    legacy_trial = "DevicePPO_GPUCartPole-v1_"  # the env's id as written, not the rllib_gpuenv: the trials import it by
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith(legacy_trial) and "TERMINATED" not in line]
     assert [r[1] for r in rows] == ["1"] and [r[3] for r in rows] == ["512"], out.stdout
     assert "return" in out.stdout and "env-steps/s" in out.stdout and "TERMINATED after 1 iteration(s)" in out.stdout

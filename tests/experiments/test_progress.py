@@ -73,3 +73,16 @@ def test_one_episode_is_said_in_the_singular_and_the_columns_stay_in_line(capsys
     one, two = capsys.readouterr().out.splitlines()
     assert "   1 episode   env steps" in one and "   2 episodes  env steps" in two
     assert one.index("env steps") == two.index("env steps")
+
+
+def test_a_trial_is_named_by_its_env_s_bare_id():
+    """Tune's name, with the env as the file wrote it: not the module prefix the trials import it by."""
+    from rllib_gpuenv.experiments.running import trial_name
+
+    def named(env) -> str:
+        return trial_name(Trial("DevicePPO", config={"env": env}, trial_id="3a477_00000", stub=True))
+
+    assert named("rllib_gpuenv:GPUCartPole-v1") == "DevicePPO_GPUCartPole-v1_3a477_00000"
+    assert named("my_envs:Reach1D-v0") == "DevicePPO_Reach1D-v0_3a477_00000"
+    assert named("ALE/Pong-v5") == "DevicePPO_ALE_Pong-v5_3a477_00000"  # one folder, as Tune's own name
+    assert named(None) == "DevicePPO_3a477_00000"
