@@ -49,8 +49,9 @@ NON_NEGATIVE_NUMBERS = (
     "vf_loss_coeff",
     "kl_coeff",
 )
-POSITIVE_NUMBERS = ("clip_param", "vf_clip_param", "grad_clip")
-SCHEDULABLE_NON_NEGATIVE = ("lr", "entropy_coeff")  # a number or a [[timestep, value], ...] schedule
+POSITIVE_NUMBERS = ("clip_param", "vf_clip_param", "grad_clip", "initial_alpha")
+LEARNING_RATES = ("lr", "actor_lr", "critic_lr", "alpha_lr")  # SAC's three, for its actor, critics and temperature
+SCHEDULABLE_NON_NEGATIVE = (*LEARNING_RATES, "entropy_coeff")  # a number or a [[timestep, value], ...] schedule
 UNIT_INTERVAL = ("gamma", "lambda_", "tau")
 
 _SUPPRESS_HINT = re.compile(r"\s*To suppress all validation errors.*$", re.S)
@@ -117,9 +118,9 @@ def _value_problem(key: str, value: Any) -> str | None:
         # A constant lr of 0 trains nothing; a schedule may anneal to 0 (as PureJaxRL's and SB3's do).
         schedule = _is_schedule(value)
         values = [v for _, v in value] if schedule else [value]
-        constant_lr = key == "lr" and not schedule
+        constant_lr = key in LEARNING_RATES and not schedule
         if not all(_is_number(v) and (v > 0 if constant_lr else v >= 0) for v in values):
-            number = "a number > 0" if key == "lr" else "a number >= 0"
+            number = "a number > 0" if key in LEARNING_RATES else "a number >= 0"
             return f"must be {number} or a schedule [[timestep, value], ...] of numbers >= 0, got {value!r}"
     if key in UNIT_INTERVAL and not (_is_number(value) and 0 <= value <= 1):
         return f"must be a number in [0, 1], got {value!r}"

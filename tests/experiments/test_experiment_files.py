@@ -321,6 +321,18 @@ STOP = "stop: {training_iteration: 1}"
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{lr: 0}}}}",
             r"experiment 'x': lr: must be a number > 0 or a schedule",
         ),
+        (  # SAC's own learning rates (its lr is unused) and its temperature: they trained on, negative
+            f"x: {{run: DeviceSAC, env: GPUPendulum-v1, {STOP}, config: {{actor_lr: -0.001}}}}",
+            r"experiment 'x': actor_lr: must be a number > 0 or a schedule",
+        ),
+        (
+            f"x: {{run: DeviceSAC, env: GPUPendulum-v1, {STOP}, config: {{critic_lr: 0}}}}",
+            r"experiment 'x': critic_lr: must be a number > 0 or a schedule",
+        ),
+        (
+            f"x: {{run: DeviceSAC, env: GPUPendulum-v1, {STOP}, config: {{initial_alpha: -1.0}}}}",
+            r"experiment 'x': initial_alpha: must be a number > 0, got -1.0",
+        ),
         (
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{batch_mode: whole_episodes}}}}",
             r"experiment 'x': batch_mode: `batch_mode` \(whole_episodes\) must be one of",
