@@ -84,12 +84,28 @@ class DeviceReplayBuffer:
     def set_state(self, state: dict) -> None:
         self._generator.set_state(state["generator"])
         if "columns" in state:
-            self.size, self.position, self.added = state["size"], state["position"], state["added"]
+            kept = self._kept_rows(state)
+            self.added = state["added"]
+            if kept is None:  # as saved
+                self.size, self.position = state["size"], state["position"]
+            else:
+                self.size, self.position = len(kept), len(kept) % self.capacity
             for name, column in self.columns.items():
-                column[: self.size].copy_(state["columns"][name])
+                saved = state["columns"][name]
+                column[: self.size].copy_(saved if kept is None else saved[kept])
         else:  # counters only make sense with the transitions they count
             self.size = self.position = 0
             self.added = state["added"]
+
+    def _kept_rows(self, state: dict) -> torch.Tensor | None:
+        """None where the saved rows fit this buffer as they lie (its own capacity, or rows not yet
+        wrapped around). A buffer of another capacity (a run restored with another
+        ``replay_buffer_config['capacity']``) takes the saved rows oldest first, the newest that
+        fit: their indices. The saved buffer's newest row is the one before its ``position``."""
+        size, position = state["size"], state["position"]
+        if size <= self.capacity and (position == size or size == self.capacity):
+            return None
+        return torch.roll(torch.arange(size), -position)[-self.capacity :]
 
 
 class PrioritizedDeviceReplayBuffer(DeviceReplayBuffer):
@@ -161,7 +177,8 @@ class PrioritizedDeviceReplayBuffer(DeviceReplayBuffer):
         super().set_state(state)
         self._drawn = None
         if "priorities" in state:
-            self.priorities[: self.size].copy_(state["priorities"])
+            kept = self._kept_rows(state)
+            self.priorities[: self.size].copy_(state["priorities"] if kept is None else state["priorities"][kept])
             self.max_priority.fill_(state["max_priority"])
         elif "columns" in state:  # a uniform buffer's transitions: all as new ones
             self.priorities[: self.size].fill_(float(self.max_priority) ** self.alpha)

@@ -81,6 +81,28 @@ def test_a_restored_buffer_draws_as_the_saved_one_would_have():
     assert counters_only.size == 0
 
 
+@pytest.mark.parametrize("capacity", [3, 6, 8], ids=["smaller", "wrapped-same", "larger"])
+def test_a_buffer_of_another_capacity_restores_the_newest_transitions_oldest_first(capacity):
+    """A run restored with another replay capacity: the saved buffer had wrapped (its newest rows
+    before its position), so the new one takes the saved transitions in order of age, the newest
+    that fit, and goes on after them; priorities with their transitions. (It was a shape error
+    for a smaller one, and for a larger one rows never written counted as held and were drawn.)"""
+    saved = prioritized(capacity=6, alpha=1.0)
+    saved.add({"x": torch.arange(4.0)})
+    saved.add({"x": torch.arange(4.0, 10.0)})  # 10 into 6 rows: 6 7 8 9 4 5, the next goes to row 4
+    assert saved.columns["x"].tolist() == [6.0, 7.0, 8.0, 9.0, 4.0, 5.0] and saved.position == 4
+    saved.update_priorities(saved.sample(64)["x"] + 1.0)  # each drawn row's priority: its x + 1 (seeded: all drawn)
+    restored = prioritized(capacity=capacity, alpha=1.0)
+    restored.set_state(saved.get_state(with_contents=True))
+    held = restored.columns["x"][: restored.size].tolist()
+    expected = {3: [7.0, 8.0, 9.0], 6: [6.0, 7.0, 8.0, 9.0, 4.0, 5.0], 8: [4.0, 5.0, 6.0, 7.0, 8.0, 9.0]}[capacity]
+    assert held == expected
+    assert restored.priorities[: restored.size].tolist() == [x + 1.0 for x in expected]
+    restored.add({"x": torch.tensor([10.0])})  # overwrites the oldest (or fills the next free row)
+    after = restored.columns["x"][: restored.size].tolist()
+    assert 10.0 in after and (min(expected) not in after) == (restored.size == len(expected))
+
+
 def test_a_uniform_buffers_transitions_restore_into_a_prioritized_one_as_new_ones():
     uniform = DeviceReplayBuffer(8, {"x": torch.zeros(())}, CPU)
     uniform.add({"x": torch.arange(5.0)})
