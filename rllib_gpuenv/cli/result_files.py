@@ -29,20 +29,21 @@ class _RunDirectory:
 
 
 class ResultLoggers:
-    """Tune's CSV, JSON and TensorBoard logger callbacks (``TensorBoardCallback``), fed one result
-    per iteration. The CSV's columns are the first result's keys (as in any Tune run), so the
-    episode metrics, missing from an iteration in which no episode ended, are logged as NaN there
-    (``episode_keys``; TensorBoard skips NaN). A callback that fails writes nothing more, and
+    """Tune's CSV (``ProgressCSVCallback``: its columns grow with the keys), JSON and TensorBoard
+    (``TensorBoardCallback``) logger callbacks, fed one result per iteration. The episode metrics,
+    missing from an iteration in which no episode ended, are logged as NaN there (``episode_keys``;
+    TensorBoard skips NaN). A callback that fails writes nothing more, and
     ``close`` raises what it raised: the run goes on to its checkpoint."""
 
     def __init__(self, directory: str, config: dict, episode_keys: tuple[str, ...] = ()):
-        from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+        from ray.tune.logger import JsonLoggerCallback
 
+        from rllib_gpuenv.experiments.progress_csv import ProgressCSVCallback
         from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
 
         self.run = _RunDirectory(directory, config)
         self.run.init_local_path()  # as Tune does before the callbacks see a trial
-        self.callbacks = [CSVLoggerCallback(), JsonLoggerCallback(), TensorBoardCallback()]
+        self.callbacks = [ProgressCSVCallback(), JsonLoggerCallback(), TensorBoardCallback()]
         for callback in self.callbacks:
             callback.log_trial_start(self.run)
         self._episode_keys = episode_keys

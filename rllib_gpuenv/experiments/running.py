@@ -118,6 +118,7 @@ def run_experiment(
     from ray import tune
     from ray.util import log_once
 
+    from rllib_gpuenv.experiments.progress_csv import ProgressCSVCallback
     from rllib_gpuenv.experiments.restore import experiment_folder, restoring
     from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
     from rllib_gpuenv.rllib.reset_in_place import resets_in_place
@@ -141,7 +142,8 @@ def run_experiment(
             checkpoint_config=tune.CheckpointConfig(**experiment.checkpoint_config),
             failure_config=tune.FailureConfig(**experiment.failure_config),
             **console_options(verbose),
-            callbacks=[TensorBoardCallback()],  # in place of Tune's: a result's scalars as one event
+            # in place of Tune's: a result's scalars as one event; every key a column (progress_csv.py)
+            callbacks=[TensorBoardCallback(), ProgressCSVCallback()],
         )
         tuner = tune.Tuner(
             experiment.algo_class,

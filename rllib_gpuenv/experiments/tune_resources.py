@@ -40,6 +40,7 @@ from ray import tune
 
 from rllib_gpuenv.experiments.errors import ExperimentError
 from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, RETURN_METRIC, format_table, lookup
+from rllib_gpuenv.experiments.progress_csv import ProgressCSVCallback
 from rllib_gpuenv.experiments.resource_space import ResourceSpace
 from rllib_gpuenv.experiments.running import (
     check_fits_cluster,
@@ -184,7 +185,8 @@ def search_resources(
             storage_path=storage_path or experiment.storage_path,
             failure_config=tune.FailureConfig(**experiment.failure_config),
             **console_options(verbose),  # a row per result, as `rllib train` prints a run's
-            callbacks=[starts, TensorBoardCallback()],  # in place of Tune's (experiments/tensorboard.py)
+            # in place of Tune's (experiments/tensorboard.py, progress_csv.py)
+            callbacks=[starts, TensorBoardCallback(), ProgressCSVCallback()],
         ),
     )
     with tune_progress_reporter_output():

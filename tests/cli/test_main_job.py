@@ -106,6 +106,30 @@ def test_result_loggers_write_each_result_as_it_comes(tmp_path):
     assert [float(r["env_runners/episode_return_mean"]) for r in rows] == [10.0 * i for i in range(1, 51)]
 
 
+def test_progress_csv_gets_a_column_for_every_key_and_a_resumed_run_s_rows_line_up(tmp_path):
+    """An evaluation first reported at iteration 3 has its column (Tune's CSV logger kept the first
+    result's columns only); a run resumed in the same folder whose results bring a new key before
+    the others (RLlib's timer after a restore) writes its rows under the widened header, each value
+    under its own name (Tune's wrote them by position under the old header)."""
+    run = str(tmp_path / "run")
+    loggers = ResultLoggers(run, {})
+    for iteration in (1, 2, 3):
+        result = _result(iteration)
+        if iteration == 3:
+            result["evaluation"] = {"env_runners": {"episode_return_mean": 99.0}}
+        loggers.log(iteration, result)
+    loggers.close()
+    resumed = ResultLoggers(run, {})
+    resumed.log(4, {"timers": {"restore": 0.5}, **_result(4)})
+    resumed.close()
+    with open(tmp_path / "run" / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["training_iteration"] for r in rows] == ["1", "2", "3", "4"]
+    assert [r["env_runners/episode_return_mean"] for r in rows] == ["10.0", "20.0", "30.0", "40.0"]
+    assert [r["evaluation/env_runners/episode_return_mean"] for r in rows] == ["", "", "99.0", ""]
+    assert [r["timers/restore"] for r in rows] == ["", "", "", "0.5"]
+
+
 def test_result_loggers_raise_what_a_callback_raised_at_close(tmp_path):
     loggers = ResultLoggers(str(tmp_path / "run"), {})
     failing = _FailsAtIteration(2)
