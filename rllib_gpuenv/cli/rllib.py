@@ -352,6 +352,7 @@ def cluster_runtime_env(experiments) -> dict | None:
 def apply_run_options(experiments: list, args) -> str | None:
     """The command line's Tune run options (trials, checkpoints, retries) on every experiment;
     returns the storage path it asks for (``--upload-dir`` or ``--storage-path``), if any."""
+    from rllib_gpuenv.experiments.checks import check_metric
     from rllib_gpuenv.experiments.legacy import checkpoint_score
 
     for experiment in experiments:
@@ -363,8 +364,13 @@ def apply_run_options(experiments: list, args) -> str | None:
             experiment.checkpoint_config["checkpoint_at_end"] = True
         if args.keep_checkpoints_num is not None:
             experiment.checkpoint_config["num_to_keep"] = args.keep_checkpoints_num
+        where = f"<command line>: experiment {experiment.name!r}"
         if args.checkpoint_score_attr is not None:
             experiment.checkpoint_config.update(checkpoint_score(args.checkpoint_score_attr))
+            score = experiment.checkpoint_config["checkpoint_score_attribute"]
+            check_metric(score, experiment.config, where, "--checkpoint-score-attr")
+        if args.scheduler is not None and (args.scheduler_config or {}).get("metric") is not None:
+            check_metric(args.scheduler_config["metric"], experiment.config, where, "--scheduler-config metric")
         if args.max_failures is not None:
             experiment.failure_config["max_failures"] = args.max_failures
         if experiment.resource_search is not None and experiment.num_samples != 1:  # it ran one trial per candidate

@@ -329,36 +329,42 @@ def check_stop(stop: dict, config: Any, where: str, allow_no_stop: bool = False)
             "no stop criteria, so the run would never end: add e.g. stop: {training_iteration: 100} "
             "(or --stop '{\"training_iteration\": 100}'), or pass --no-stop to run until interrupted",
         )
-    names = known_metric_names(config)
-    custom = _uses_custom_callbacks(config)
     for metric, threshold in stop.items():
         label = f"stop.{metric}"
         if not isinstance(metric, str) or not metric:
             raise key_error(where, label, "a stop criterion is a metric name, e.g. training_iteration")
         if not _is_number(threshold):
             raise key_error(where, label, f"the threshold must be a number, got {threshold!r}")
-        if is_known_metric(metric, names):
-            if metric.startswith("evaluation/") and not getattr(config, "evaluation_interval", None):
-                raise key_error(
-                    where,
-                    label,
-                    "an evaluation metric, but the config never evaluates: set evaluation_interval "
-                    "(e.g. evaluation_interval: 5, evaluation_duration: 100), or stop on env_runners/... instead",
-                )
-            continue
-        close = difflib.get_close_matches(metric, sorted(_candidate_paths(names)), n=3, cutoff=0.75)
-        hint = (
-            f"; did you mean {', '.join(close)}?"
-            if close
-            else "; e.g. training_iteration, time_total_s, env_runners/episode_return_mean"
-        )
-        problem = f"no RLlib or Tune result has this metric{hint}"
-        if custom:
-            logger.warning("%s: %s: %s (assuming your callbacks log it)", where, label, problem)
-            continue
-        raise key_error(
-            where, label, f"{problem} (metrics logged by your own callbacks are accepted when the config sets callbacks)"
-        )
+        check_metric(metric, config, where, label)
+
+
+def check_metric(metric: str, config: Any, where: str, label: str) -> None:
+    """``metric`` (a stop criterion's, a scheduler's, the checkpoints' score) is one a result of
+    ``config`` will have; an evaluation metric only where the config evaluates. An unknown one is
+    an error with close matches (a warning where the config sets callbacks, which may log any)."""
+    names = known_metric_names(config)
+    if is_known_metric(metric, names):
+        if metric.startswith("evaluation/") and not getattr(config, "evaluation_interval", None):
+            raise key_error(
+                where,
+                label,
+                "an evaluation metric, but the config never evaluates: set evaluation_interval "
+                "(e.g. evaluation_interval: 5, evaluation_duration: 100), or stop on env_runners/... instead",
+            )
+        return
+    close = difflib.get_close_matches(metric, sorted(_candidate_paths(names)), n=3, cutoff=0.75)
+    hint = (
+        f"; did you mean {', '.join(close)}?"
+        if close
+        else "; e.g. training_iteration, time_total_s, env_runners/episode_return_mean"
+    )
+    problem = f"no RLlib or Tune result has this metric{hint}"
+    if _uses_custom_callbacks(config):
+        logger.warning("%s: %s: %s (assuming your callbacks log it)", where, label, problem)
+        return
+    raise key_error(
+        where, label, f"{problem} (metrics logged by your own callbacks are accepted when the config sets callbacks)"
+    )
 
 
 def _candidate_paths(names: set[str]) -> set[str]:

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from rllib_gpuenv.experiments.checks import check_name, check_stop, check_values, one_line
+from rllib_gpuenv.experiments.checks import check_metric, check_name, check_stop, check_values, one_line
 from rllib_gpuenv.experiments.envs import check_env_runner, rllib_env_id, vectorize_our_env
 from rllib_gpuenv.experiments.errors import ExperimentError, key_error
 from rllib_gpuenv.experiments.legacy import translate_experiment_keys, translate_metric
@@ -164,6 +164,9 @@ def experiment_from_spec(
     search = spec.get("resource_search")
     if search is not None:
         ResourceSpace.from_dict(search, f"{where}: resource_search")  # its values checked before Ray starts
+    score = run_settings["checkpoint_config"].get("checkpoint_score_attribute")
+    if score is not None:  # Tune ranks the checkpoints by it: a misspelt one was accepted without a word
+        check_metric(score, config, where, "checkpoint_config.checkpoint_score_attribute")
     return Experiment(
         name=name,
         config=config,

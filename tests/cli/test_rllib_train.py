@@ -87,6 +87,21 @@ def test_train_refuses_bad_input_before_ray_starts(tmp_path):
     assert "Started a local Ray instance" not in out.stderr, out.stderr[-2000:]
     out = rllib("train", "-f", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "missing.yaml: no such experiment file" in out.stderr
+    # the metrics that rank trials and checkpoints, as the stop criteria's: Ray started, then Tune failed on the
+    # scheduler's (a traceback with the whole result), and ranked the checkpoints by nothing without a word
+    tiny = tiny_main_job_file(tmp_path)
+    for option, value in [
+        ("--scheduler-config", '{"metric": "env_runners/episode_retrn_mean", "mode": "max"}'),
+        ("--checkpoint-score-attr", "env_runners/episode_retrn_mean"),
+    ]:
+        scheduler = ["--scheduler", "ASHA"] if option == "--scheduler-config" else ["--keep-checkpoints-num", "1"]
+        out = rllib("train", "file", tiny, *scheduler, option, value, "--storage-path", str(tmp_path / "results"))
+        assert out.returncode == 2 and error_lines(out.stderr) == [
+            f"rllib: error: <command line>: experiment 'tiny': {option.replace('-config', '-config metric')}: no RLlib "
+            "or Tune result has this metric; did you mean env_runners/episode_return_mean, env_runners/episode_return_min, "
+            "env_runners/episode_return_max? (metrics logged by your own callbacks are accepted when the config sets "
+            "callbacks)"
+        ], out.stderr[-2000:]
     # an env parameter misspelt: each env runner (RLlib's stock one too) failed on it once Ray had started
     for algo in ("PPO", "DevicePPO"):
         out = rllib("train", "--algo", algo, "--env", "GPUPendulum-v1", "--config", '{"env_config": {"gg": 9.0}}')

@@ -321,6 +321,12 @@ STOP = "stop: {training_iteration: 1}"
             f"x: {{run: PPO, env: CartPole-v1, {STOP}, config: {{lr: 0}}}}",
             r"experiment 'x': lr: must be a number > 0 or a schedule",
         ),
+        (
+            f"x: {{run: PPO, env: CartPole-v1, {STOP}, "
+            "checkpoint_config: {checkpoint_score_attribute: episode_retrn_mean}}",
+            r"experiment 'x': checkpoint_config.checkpoint_score_attribute: no RLlib or Tune result has this metric; did "
+            r"you mean",
+        ),
         (  # SAC's own learning rates (its lr is unused) and its temperature: they trained on, negative
             f"x: {{run: DeviceSAC, env: GPUPendulum-v1, {STOP}, config: {{actor_lr: -0.001}}}}",
             r"experiment 'x': actor_lr: must be a number > 0 or a schedule",
