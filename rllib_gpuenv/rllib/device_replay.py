@@ -39,6 +39,8 @@ RLlib's ``n_step`` column says).
 from __future__ import annotations
 
 import difflib
+import logging
+import math
 
 import torch
 from ray.rllib.algorithms.algorithm_config import NotProvided
@@ -70,6 +72,8 @@ UNIFORM_BUFFER_TYPES = ("EpisodeReplayBuffer", "MultiAgentEpisodeReplayBuffer")
 PRIORITIZED_BUFFER_TYPES = ("PrioritizedEpisodeReplayBuffer", "MultiAgentPrioritizedEpisodeReplayBuffer")
 PRIORITY_DEFAULTS = {"alpha": 0.6, "beta": 0.4}  # RLlib's DQN and SAC configs' own
 BUFFER_SETTINGS = ("type", "capacity", *PRIORITY_DEFAULTS)  # what the device buffers read of replay_buffer_config
+
+logger = logging.getLogger(__name__)
 
 
 def buffer_type_name(replay_buffer_config: dict) -> str:
@@ -209,6 +213,20 @@ class DeviceReplayConfig:
                 f"{minibatch * max(1, self.num_learners)} (the default is 10000, replay's usual 10^4-10^6), or a smaller "
                 "minibatch"
             )
+        if intensity is not None:
+            asked = intensity * self.device_batch_size / (minibatch * max(1, self.num_learners))
+            if abs(self.updates_per_round - asked) > 0.1 * asked:  # whole minibatches per sampling round
+                logger.warning(
+                    "training_intensity=%s asks for %.3g gradient steps per sampling round of %d env steps; a round "
+                    "runs whole minibatches of %d, so it runs %d (an intensity of %.3g): to train less per env step, "
+                    "sample more per round (more envs, a longer rollout) or take a smaller minibatch",
+                    intensity,
+                    asked,
+                    self.device_batch_size,
+                    minibatch,
+                    self.updates_per_round,
+                    self.updates_per_round * minibatch * max(1, self.num_learners) / self.device_batch_size,
+                )
         # RLlib's n-step check reads rollout_fragment_length; the device check accepts this value again
         self.rollout_fragment_length = self._derived_rollout_fragment_length = self.rollout_length
 
@@ -220,7 +238,7 @@ class DeviceReplayConfig:
         if not self.training_intensity:
             return 1
         trained_per_step = self.train_batch_size_per_learner * max(1, self.num_learners)
-        return max(1, round(self.training_intensity * self.device_batch_size / trained_per_step))
+        return max(1, math.floor(self.training_intensity * self.device_batch_size / trained_per_step + 0.5))  # 2.5: 3
 
 
 class DeviceReplayLearner:

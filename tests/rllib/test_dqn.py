@@ -241,6 +241,28 @@ def test_a_replay_shard_smaller_than_a_minibatch_is_named():
         config.learners(num_learners=2).validate()
 
 
+def test_a_training_intensity_a_round_cannot_run_says_what_it_runs(caplog):
+    """A round trains whole minibatches: 0.01 of a 256-step round with minibatches of 256 is 1 step,
+    100x the intensity asked, said once; 2.5 minibatches is 3 (Python's round() made it 2)."""
+
+    def updates(intensity: float) -> int:
+        config = (
+            DeviceDQNConfig()
+            .environment("GPUCartPole-v1")
+            .env_runners(num_envs_per_env_runner=16)
+            .device_rollouts(rollout_length=16)
+            .training(train_batch_size_per_learner=256, training_intensity=intensity)
+        )
+        config.validate()
+        return config.updates_per_round
+
+    assert updates(8.0) == 8 and "training_intensity" not in caplog.text  # the shipped file's: as asked
+    assert updates(2.5) == 3
+    assert updates(0.01) == 1
+    assert "training_intensity=0.01 asks for 0.01 gradient steps per sampling round of 256 env steps" in caplog.text
+    assert "so it runs 1 (an intensity of 1)" in caplog.text
+
+
 def test_rllibs_rollout_fragment_length_is_named_and_the_one_derived_follows_the_rollout():
     """DeviceDQN sets rollout_fragment_length to the rollout length (RLlib's n-step check reads it):
     a config validated, then given another rollout length, validates again."""
