@@ -59,6 +59,7 @@ from ray.rllib.utils.metrics import (
     TD_ERROR_KEY,
     TIMERS,
 )
+from ray.util import log_once
 
 from rllib_gpuenv.rllib.lean_update import LeanUpdate
 from rllib_gpuenv.rllib.replay_buffer import WEIGHTS, DeviceReplayBuffer, PrioritizedDeviceReplayBuffer
@@ -215,7 +216,8 @@ class DeviceReplayConfig:
             )
         if intensity is not None:
             asked = intensity * self.device_batch_size / (minibatch * max(1, self.num_learners))
-            if abs(self.updates_per_round - asked) > 0.1 * asked:  # whole minibatches per sampling round
+            key = f"training_intensity_{intensity}_{self.device_batch_size}_{minibatch}_{self.num_learners}"
+            if abs(self.updates_per_round - asked) > 0.1 * asked and log_once(key):  # whole minibatches a round
                 logger.warning(
                     "training_intensity=%s asks for %.3g gradient steps per sampling round of %d env steps; a round "
                     "runs whole minibatches of %d, so it runs %d (an intensity of %.3g): to train less per env step, "
