@@ -192,7 +192,7 @@ def test_sigterm_ends_a_benchmark_and_the_run_it_started(tmp_path):
     for run in running:  # this test's own leftovers, so that a failure leaves none behind
         run.kill()
     assert not running, running
-    assert out.returncode == 130 and "rllib-gpuenv: interrupted" in out.stderr, out.stderr[-3000:]
+    assert out.returncode == 130 and "rllib-gpuenv bench training: interrupted" in out.stderr, out.stderr[-3000:]
 
 
 def test_sigterm_ends_a_benchmark_that_started_ray_as_ctrl_c_does(tmp_path):
@@ -224,5 +224,5 @@ def test_sigterm_ends_a_benchmark_that_started_ray_as_ctrl_c_does(tmp_path):
     _, running = psutil.wait_procs(rays, timeout=60)
     for ray_process in running:  # this test's own leftovers
         ray_process.kill()
-    assert job.returncode == 130 and "rllib-gpuenv: interrupted" in out, out[-3000:]
+    assert job.returncode == 130 and "rllib-gpuenv bench learners: interrupted" in out, out[-3000:]
     assert "SIGTERM received" not in out and not running, (out[-3000:], running)

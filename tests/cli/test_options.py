@@ -198,7 +198,7 @@ def test_a_checkpoint_file_that_needs_a_missing_module_is_named_as_such_not_as_d
 
 def test_the_breakdown_names_the_envs_it_times_before_it_builds_anything():
     args = rllib_gpuenv_parser().parse_args(["bench", "breakdown", "--env", "NoEnv-v0"])
-    with pytest.raises(SystemExit, match=r"--env NoEnv-v0: the breakdown times an env of this package: GPUCartPole-v1, "):
+    with pytest.raises(ValueError, match=r"--env NoEnv-v0: the breakdown times an env of this package: GPUCartPole-v1, "):
         args.func(args)
 
 
