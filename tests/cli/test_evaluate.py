@@ -22,18 +22,17 @@ BIN = os.path.dirname(sys.executable)
 FRAME_SHAPE = (400, 600, 3)  # gymnasium's CartPole renderer
 
 
+def tiny_device_ppo(env: str):
+    """A DevicePPO of one tiny iteration's size (16 envs x 8 steps), built: checkpoints to play."""
+    config = DevicePPOConfig().environment(env).env_runners(num_envs_per_env_runner=16).device_rollouts(rollout_length=8)
+    return config.training(minibatch_size=64, num_epochs=1).build_algo()
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     root = tmp_path_factory.mktemp("checkpoints")
-    device = (
-        DevicePPOConfig()
-        .environment("GPUCartPole-v1")
-        .env_runners(num_envs_per_env_runner=16)
-        .device_rollouts(rollout_length=8)
-        .training(minibatch_size=64, num_epochs=1)
-        .build_algo()
-    )
+    device = tiny_device_ppo("GPUCartPole-v1")
     stock = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0).build_algo()
     try:
         device.train()
@@ -227,14 +226,7 @@ def test_a_checkpoint_of_your_env_trained_under_its_bare_id_plays_with_its_modul
     monkeypatch.syspath_prepend(str(tmp_path))
     import reach_bare_module  # noqa: F401 (registers Reach1DBare-v0)
 
-    algo = (
-        DevicePPOConfig()
-        .environment("Reach1DBare-v0")
-        .env_runners(num_envs_per_env_runner=16)
-        .device_rollouts(rollout_length=8)
-        .training(minibatch_size=64, num_epochs=1)
-        .build_algo()
-    )
+    algo = tiny_device_ppo("Reach1DBare-v0")
     try:
         algo.train()
         checkpoint = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
