@@ -143,12 +143,13 @@ def global_functions(fn: Callable) -> dict[str, types.FunctionType]:
     return {name: value for name, value in found.items() if isinstance(value, types.FunctionType)}
 
 
-def _attribute_names(code: types.CodeType) -> set[str]:
-    """The attributes ``code`` and the functions nested in it read (``consts.BONUS``'s ``BONUS``)."""
-    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_ATTR", "LOAD_METHOD")}
+def _names_read(code: types.CodeType, opnames: tuple[str, ...]) -> set[str]:
+    """The names ``code`` and the functions nested in it read by these instructions (globals:
+    ``LOAD_GLOBAL``; attributes, ``consts.BONUS``'s ``BONUS``: ``LOAD_ATTR``)."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in opnames}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _attribute_names(const)
+            names |= _names_read(const, opnames)
     return names
 
 
@@ -182,8 +183,9 @@ def source_fingerprint(functions: list[Callable], digest) -> bool:
             digest.update(inspect.getsource(fn).encode())
         except (OSError, TypeError):
             return False
-        read = [fn.__globals__[n] for n in sorted(_nested_global_names(fn.__code__)) if n in fn.__globals__]
-        attributes = sorted(n for n in _attribute_names(fn.__code__) if not n.startswith("__"))
+        globals_read = _names_read(fn.__code__, ("LOAD_GLOBAL", "LOAD_NAME"))
+        read = [fn.__globals__[n] for n in sorted(globals_read) if n in fn.__globals__]
+        attributes = sorted(n for n in _names_read(fn.__code__, ("LOAD_ATTR", "LOAD_METHOD")) if not n.startswith("__"))
         for module in [v for v in read if isinstance(v, types.ModuleType)]:
             read += [getattr(module, n) for n in attributes if hasattr(module, n)]
         read += [getattr(fn, a) for a in (_NUMBA_BODY, _CUDA_BODY, _SINGLE) if callable(getattr(fn, a, None))]
@@ -204,14 +206,6 @@ def _cell_values(fn: types.FunctionType) -> list[Any]:
         except ValueError:  # a cell not filled yet
             pass
     return values
-
-
-def _nested_global_names(code: types.CodeType) -> set[str]:
-    names = _global_names(code)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _nested_global_names(const)
-    return names
 
 
 def _rebind(fn: F, value: Callable[[Any], Any], const: Callable[[Any], Any] = lambda c: c, name: str | None = None) -> F:
