@@ -2,10 +2,15 @@
 
 ``benchmarks/gpu_session.sh`` runs a benchmark only if its key is in ``GPU_ONLY``; a key there
 that no ``bench`` call has runs nothing, silently. These checks read the script and the plan in
-RESULTS.md as text (nothing runs: the script needs a GPU)."""
+RESULTS.md as text (nothing runs: the script needs a GPU); each ``bench`` call's command line is
+parsed by the CLI's own parser."""
 
 import re
+import shlex
 from pathlib import Path
+
+import pytest
+import torch
 
 from tests.helpers import ROOT
 
@@ -35,3 +40,32 @@ def test_the_next_lease_s_commands_name_only_keys_the_script_runs():
     for keys, run_stages in plans:
         assert set(keys.split()) <= bench_keys(), f"unknown keys: {set(keys.split()) - bench_keys()}"
         assert set(run_stages.split()) <= stages, f"unknown stages: {set(run_stages.split()) - stages}"
+
+
+def bench_calls() -> dict[str, list[str]]:
+    """The words after ``bench`` of the command line each ``bench CAP DIR NAME ARGS...`` call runs,
+    by key (lines ending in a backslash joined, a case's closing ``;;`` left out). A config the
+    script writes into ``$RES`` is replaced by the shipped file it is made from (parsing reads it),
+    and ``--device cuda`` by the CPU where there is no GPU (parsing checks that the device is there).
+    """
+    script = SCRIPT.replace("\\\n", " ")
+    made_from = {name: source for source, name in re.findall(r'(configs/\S+\.yaml).*> *"\$RES/(\w+)\.yaml"', script)}
+    calls = {}
+    gpu = "cuda" if torch.cuda.is_available() else "cpu"
+    for folder, name, args in re.findall(r"^\s*bench \d+ (\S+) (\S+) (.*?)(?: ;;)?$", script, flags=re.M):
+        words = [re.sub(r"^\$RES/(\w+)\.yaml$", lambda m: made_from[m.group(1)], word) for word in shlex.split(args)]
+        words = [gpu if word == "cuda" and before == "--device" else word for before, word in zip(["", *words], words)]
+        calls[name if folder == "." else folder] = words
+    return calls
+
+
+@pytest.mark.parametrize("key", sorted(bench_keys()))
+def test_every_bench_call_is_a_command_line_the_cli_takes(key, monkeypatch):
+    """Each call's benchmark and options parse as ``rllib-gpuenv bench`` parses them: before
+    2026-11-29 two calls had lost the benchmark's name, and a lease ran neither."""
+    from rllib_gpuenv.cli.main import build_parser
+
+    monkeypatch.chdir(ROOT)  # the script runs from the repository's root, where configs/ is
+    words = bench_calls()[key]
+    args = build_parser().parse_args(["bench", *words, "--out", "bench_results"])
+    assert args.benchmark == words[0]
