@@ -7,6 +7,7 @@ step, captured as a CUDA graph (rllib/update_graph.py), trains as the eager step
 """
 
 import json
+import traceback
 import warnings
 
 import pytest
@@ -241,15 +242,29 @@ def test_the_main_job_builds_on_the_gpu_without_starting_ray():
 
 def sync_sites(run) -> list[str]:
     """Where ``run()`` made the host wait for the GPU (torch's sync debug mode warns at every
-    torch op that does): a ``file:line`` per wait, so that a count that fails says what waited."""
-    with warnings.catch_warnings(record=True) as caught:
+    torch op that does): a ``file:line`` per wait, so that a count that fails says what waited.
+    A wait inside torch's own Python (``torch.cuda.synchronize``, say) names the line of this
+    package that led there too."""
+    sites = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" not in str(message):
+            return
+        site = f"{filename}:{lineno}"
+        if "rllib_gpuenv" not in filename:
+            ours = [f for f in traceback.extract_stack()[:-1] if "/rllib_gpuenv/" in f.filename]
+            site += f" (from {ours[-1].filename}:{ours[-1].lineno})" if ours else " (from outside the package)"
+        sites.append(site)
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
             run()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+    return sites
 
 
 def count_syncs(run) -> int:
@@ -279,10 +294,12 @@ def test_a_rollout_waits_for_the_gpu_per_rollout_not_per_step(file):
     """The step loop queues work only; the rollout reads back its episodes' stats once, at its
     end, for the metrics (test_host_reads.py checks the same on the CPU). Both rollouts are long
     enough for CartPole's episodes to end in them: an empty read-back does not wait. The
-    read-back waits twice (the mask's count, the copy); on the H100 of 2026-11-27, with four
-    waits for it then, CartPole's recorded rollout waited 5 times, so a replay may wait once."""
+    read-back waits twice (the mask's count, the copy). A wait per step would add 48 between 16
+    steps and 64; one wait more or less is not one. On the H200 of 2026-11-29 CartPole's
+    16-step rollout waited once more than its 64-step one, in torch's ``cuda/__init__.py`` (line
+    1270 of torch 2.11); ``sync_sites`` now names the package's line that led there."""
     short, long = gpu_syncs_per_sample(file, 16), gpu_syncs_per_sample(file, 64)
-    assert len(long) == len(short) <= 4, (short, long)
+    assert abs(len(long) - len(short)) <= 1 and max(len(short), len(long)) <= 4, (short, long)
 
 
 def recorded_and_stepped_runners(file: str, backend: str = "numba-cuda", num_envs: int = 1024, rollout_length: int = 16):
