@@ -238,8 +238,9 @@ class DeviceSACConfig(DeviceReplayConfig, DeviceRolloutsConfig, SACConfig):
         self.lean_update = True  # the gradient steps without RLlib's per-minibatch machinery, one backward for four losses
         # Off by default until a GPU shows a captured SAC step working and paying. On the H100 of
         # 2026-11-27 its capture failed (RLlib's module waited for the GPU in its draw of the next
-        # actions; DeviceSACTorchRLModule's draw does not): tests/test_gpu.py checks the capture
-        # with the noise drawn, and against the eager step with it fixed.
+        # actions; DeviceSACTorchRLModule's draw does not). On the H200 of 2026-11-29 it worked:
+        # tests/test_gpu.py's capture with the noise drawn, and against the eager step with it
+        # fixed, passed. What it pays in training is still to be timed (gpu_session.sh's sac_captured).
         self.cuda_graphs = False
         self._model_config = {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu", "fusionnet_hiddens": []}
 
