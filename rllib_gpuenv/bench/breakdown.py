@@ -277,7 +277,9 @@ def device_path(config, iterations: int, profile_build: int = 0) -> dict:
         name, env = type(algo).__name__, unqualified_env_id(config.env)
         setup = "ours: device path" + ("" if (name, env) == ("DevicePPO", DEFAULT_ENV) else f" ({name}, {env})")
         row = _row(setup, str(runner._device), str(learner._device), round(steps), seconds, parts, scales, gpu)
-        return {**row, "update": _update(config), "build_s": build_s}
+        # the first timed iteration: the third, after the warm-ups (a GPU's recording among them)
+        first_timed = results[0]["training_iteration"]
+        return {**row, "update": _update(config), "build_s": build_s, "first_timed_iteration": first_timed}
     finally:
         stop_algorithm(algo)
 
@@ -297,7 +299,13 @@ def _time_device_phases(algo, iterations: int, is_ppo: bool):
         clock.wrap(algo.learner_group._learner, "update_on_draws", "update")  # the lean update or RLlib's
         clock.wrap(device_replay, "n_step_transitions", "training data")
     try:
-        algo.train()  # warm-up (compilation, allocations; DQN's replay buffer)
+        # Warm-up: compilation, allocations, DQN's replay buffer; on a GPU the second rollout is
+        # recorded as a CUDA graph (rollout_graph.py), so the timed iterations replay it. With
+        # one warm-up the recording fell in the first timed iteration: likely why the H200's
+        # breakdown gave the main job's sampling 29 ms an iteration where its training run's
+        # replayed rollouts took ~4 ms (benchmarks/RESULTS.md; the next lease checks).
+        for _ in range(2):
+            algo.train()
         if not is_ppo:
             replay = algo.learner_group._learner._replay
             for method in ("add", "sample", "update_priorities"):  # the last: prioritized replay's

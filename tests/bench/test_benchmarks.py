@@ -152,6 +152,8 @@ def test_breakdown(tmp_path):
     rows = outputs(tmp_path, "breakdown")["rows"]
     assert [r["setup"] for r in rows] == ["ours: device path", "RLlib stock runner, our env"]
     assert [r["ray"] for r in rows] == [False, True]  # Ray started for RLlib's stock algorithm only
+    # two warm-up iterations: on a GPU the second records the rollout, which the timed ones replay
+    assert rows[0]["first_timed_iteration"] == 3
     for r in rows:  # the parts partition the iteration: each is a share of it, and together they are all of it
         parts = [v for k, v in r.items() if k.startswith("s_")]
         assert len(parts) == 8 and all(v >= 0 for v in parts) and r["s_env stepping"] > 0 and r["s_learner update"] > 0
