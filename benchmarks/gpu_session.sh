@@ -11,7 +11,7 @@
 # all under GPU_STAGE_BUDGET_S (default 560), in the order of what matters most. What a cap or
 # the budget cuts is missing from the archive, listed in cut.txt and "unmeasured" in targets.txt,
 # never guessed; timings.txt says what each command took. GPU_ONLY names the benchmarks to run
-# (block_size scaling sampling update ops scaling_breakout breakdown training ppo_eager_step
+# (block_size scaling sampling update ops scaling_breakout breakdown breakdown_dqn training ppo_eager_step
 # training_dqn training_purejaxrl training_purejaxrl_dqn training_pendulum training_sac sac_captured ppo_512envs
 # learners), the rest skipped. Two calls fill a lease:
 #   GPU_STAGE_BUDGET_S=380 bash benchmarks/gpu_session.sh run "tests bench"      (timeout_s 420)
@@ -43,7 +43,8 @@
 #             step of the captured and the eager lean update against RLlib's and plain torch on the
 #             GPU, for PPO, DQN and SAC (bench update; SAC's captured step is what would decide
 #             cuda_graphs' default for DeviceSAC), the torch step's ops counted on the GPU (bench ops), the
-#             iteration breakdown with its build_algo() profiled (15-18 s on the H100, 0.9 s on a CPU);
+#             iteration breakdown with its build_algo() profiled (15-18 s on the H100, 0.9 s on a CPU),
+#             and DeviceDQN's;
 #   training  time to 475 for PPO (gpu_cartpole_ppo.yaml, gpu_cartpole_ppo_512envs.yaml), DQN,
 #             PureJaxRL's PPO and DQN on the image's JAX (the fastest on a CPU: one XLA program each),
 #             Pendulum PPO and SAC to -300, the first PPO file with the gradient step eager
@@ -144,7 +145,10 @@ run)
             bench 90 . update update --device cuda --algos PPO,DQN,SAC --minibatch-sizes 128,512,1024,4096
             bench 30 . ops ops --device cuda --num-envs 1048576
             bench 40 . scaling_breakout scaling --env GPUBreakout-MinAtar --num-envs 1024..1048576 --only cuda
-            bench 90 . breakdown breakdown --profile-build 25 ;;
+            bench 90 . breakdown breakdown --profile-build 25
+            # DeviceDQN's iteration in parts: on the H200 a gradient step cost 1.5 ms with what
+            # surrounds it, where the captured step alone took ~0.55 ms on the H100
+            bench 60 breakdown_dqn breakdown breakdown --algo DeviceDQN ;;
         training)
             # utilisation.csv: the GPU's busy share and memory every 0.2 s while the stage trains
             nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 >"$RES/utilisation.csv" 2>&1 &
