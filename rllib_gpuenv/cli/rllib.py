@@ -49,7 +49,8 @@ Old files run: renamed keys (num_workers, num_envs_per_worker, sgd_minibatch_siz
 model, lr_schedule, episode_reward_mean, timesteps_total, local_dir, checkpoint_freq, max_failures, ...) are
 translated; RLlib's transition flags (_enable_learner_api, enable_connectors, use_pytorch, ...)
 and settings only the old API stack read are dropped, each with a warning that names the
-replacement; observation_filter: MeanStdFilter becomes RLlib's MeanStdFilter connector.
+replacement; observation_filter: MeanStdFilter becomes RLlib's MeanStdFilter connector, and
+old replay settings (buffer_size, prioritized_replay, old buffer types) replay_buffer_config's.
 
 Everything is checked before Ray starts; a mistake is one line naming file, experiment and key.
 A run needs a stop criterion on a metric RLlib or Tune reports (--no-stop runs until Ctrl-C).

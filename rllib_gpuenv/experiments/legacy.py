@@ -119,10 +119,6 @@ OLD_STACK_SETTINGS = {
     "monitor": "record videos with gymnasium's RecordVideo wrapper",
     "record_env": "record videos with gymnasium's RecordVideo wrapper",
     "input_evaluation": "use offline_evaluation_type",
-    "buffer_size": "set replay_buffer_config: {capacity: N}",
-    "prioritized_replay": "set replay_buffer_config: {type: PrioritizedEpisodeReplayBuffer}",
-    "prioritized_replay_alpha": "set replay_buffer_config: {alpha: ...}",
-    "prioritized_replay_beta": "set replay_buffer_config: {beta: ...}",
     "prioritized_replay_eps": "no replacement",
     "final_prioritized_replay_beta": "no replacement",
     "prioritized_replay_beta_annealing_timesteps": "no replacement",
@@ -137,6 +133,32 @@ OLD_STACK_SETTINGS = {
     "head_fcnet_hiddens/head_fcnet_activation (the Q and policy heads)",
     "q_model_config": "the Q network is set in model_config today: head_fcnet_hiddens/head_fcnet_activation",
     "policy_model_config": "the policy network is set in model_config today: head_fcnet_hiddens/head_fcnet_activation",
+}
+
+# Old replay settings (DQN, SAC; Ray 0.8 to 2.x) -> today's replay_buffer_config entries, for an
+# algorithm that has one: top-level keys of Ray 1.x, and the old buffer's own keys inside Ray 2.x's
+# replay_buffer_config (None: dropped, with what replaces it).
+REPLAY_KEYS = {
+    "buffer_size": "capacity",
+    "prioritized_replay_alpha": "alpha",
+    "prioritized_replay_beta": "beta",
+}
+OLD_BUFFER_KEYS = {
+    **REPLAY_KEYS,
+    "prioritized_replay_eps": None,
+    "worker_side_prioritization": None,
+    "replay_mode": None,
+    "replay_sequence_length": None,
+    "replay_burn_in": None,
+    "replay_zero_init_states": None,
+    "storage_unit": None,
+}
+# The old stack's buffers -> the episode buffers of the new one (single-agent: the files' envs are).
+OLD_BUFFER_TYPES = {
+    "ReplayBuffer": "EpisodeReplayBuffer",
+    "MultiAgentReplayBuffer": "EpisodeReplayBuffer",
+    "PrioritizedReplayBuffer": "PrioritizedEpisodeReplayBuffer",
+    "MultiAgentPrioritizedReplayBuffer": "PrioritizedEpisodeReplayBuffer",
 }
 
 # Algorithms RLlib removed (Ray 2.x; rllib_contrib kept some for a while) -> the successor to run
@@ -293,6 +315,8 @@ def translate_config(settings: dict, config: Any, where: str) -> dict:
 
     out: dict = {}
     model_moves: dict = {}
+    buffer_moves: dict = {}  # old top-level replay keys
+    buffer_settings: dict | None = None  # the file's replay_buffer_config, old keys translated
     for key, value in settings.items():
         if key in TRANSITION_FLAGS:
             _warn(where, key, f"dropped: an RLlib transition flag ({TRANSITION_FLAGS[key]})")
@@ -306,6 +330,14 @@ def translate_config(settings: dict, config: Any, where: str) -> dict:
         if key == "exploration_config" and _epsilon_greedy(value) and _has_epsilon_schedule(config):
             out["epsilon"] = _epsilon_schedule(value)
             _warn(where, key, f"EpsilonGreedy is today's epsilon schedule: using epsilon: {out['epsilon']}")
+            continue
+        if hasattr(config, "replay_buffer_config") and (key in REPLAY_KEYS or key == "prioritized_replay"):
+            buffer_moves.update(_old_replay_key(key, value, where))
+            continue
+        if key == "replay_buffer_config" and hasattr(config, "replay_buffer_config") and isinstance(value, dict):
+            buffer_settings, learning_starts = _old_buffer_settings(value, where)
+            if learning_starts is not None:
+                out.setdefault("num_steps_sampled_before_learning_starts", learning_starts)
             continue
         if key == "vf_share_layers":  # old PPO/APPO put it next to the model
             _warn(where, key, "moved to model_config.vf_share_layers")
@@ -327,7 +359,42 @@ def translate_config(settings: dict, config: Any, where: str) -> dict:
         out[key] = value
     if model_moves:
         out["model_config"] = {**(out.get("model_config") or {}), **model_moves}
+    if buffer_moves or buffer_settings is not None:
+        out["replay_buffer_config"] = {**buffer_moves, **(buffer_settings or {})}
     return out
+
+
+def _old_replay_key(key: str, value: Any, where: str) -> dict:
+    """A top-level replay key of Ray 1.x as today's replay_buffer_config entry."""
+    if key == "prioritized_replay":
+        kind = "PrioritizedEpisodeReplayBuffer" if value else "EpisodeReplayBuffer"
+        _warn(where, key, f"today's replay_buffer_config.type; using {kind!r}")
+        return {"type": kind}
+    new = REPLAY_KEYS[key]
+    _warn(where, key, f"called replay_buffer_config.{new} today; using that")
+    return {new: value}
+
+
+def _old_buffer_settings(settings: dict, where: str) -> tuple[dict, Any]:
+    """A replay_buffer_config in today's terms: an old buffer type and the old buffer's keys
+    translated or dropped (one warning each); also returns its ``learning_starts`` (Ray 2.0-2.3
+    kept it there; today's num_steps_sampled_before_learning_starts), or None."""
+    out, learning_starts = {}, None
+    for key, value in settings.items():
+        if key == "type" and value in OLD_BUFFER_TYPES:
+            out["type"] = OLD_BUFFER_TYPES[value]
+            _warn(where, f"replay_buffer_config.type: {value}", f"an old API stack buffer; using {out['type']!r}")
+        elif key == "learning_starts":
+            learning_starts = value
+            _warn(where, "replay_buffer_config.learning_starts", "called num_steps_sampled_before_learning_starts today")
+        elif key in OLD_BUFFER_KEYS and OLD_BUFFER_KEYS[key] is None:
+            _warn(where, f"replay_buffer_config.{key}", "dropped: only RLlib's old API stack buffers read it")
+        elif key in OLD_BUFFER_KEYS:
+            out[OLD_BUFFER_KEYS[key]] = value
+            _warn(where, f"replay_buffer_config.{key}", f"called replay_buffer_config.{OLD_BUFFER_KEYS[key]} today")
+        else:
+            out[key] = value
+    return out, learning_starts
 
 
 def _epsilon_greedy(exploration: Any) -> bool:

@@ -191,7 +191,6 @@ x:
     remote_worker_envs: true
     compress_observations: true
     synchronize_filters: true
-    prioritized_replay: true
     """,
     )
     with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
@@ -203,7 +202,6 @@ x:
         "remote_worker_envs",
         "compress_observations",
         "synchronize_filters",
-        "prioritized_replay",
     ]:
         named = [line for line in lines if f": {key}: " in line]
         assert len(named) == 1 and "dropped" in named[0], (key, named)
@@ -212,6 +210,40 @@ x:
     assert exp.config._env_to_module_connector is mean_std_filter_connector
     assert exp.config.epsilon == [[0, 1.0], [500, 0.1]]
     assert exp.config.enable_rl_module_and_learner and exp.config.enable_env_runner_and_connector_v2
+
+
+@pytest.mark.parametrize(
+    "run, settings",
+    [
+        (  # Ray 1.x: top-level keys
+            "DeviceDQN",
+            "{buffer_size: 20000, prioritized_replay: true, prioritized_replay_alpha: 0.5, prioritized_replay_beta: 0.3, "
+            "learning_starts: 500}",
+        ),
+        (  # Ray 2.0-2.x: the old stack's buffer and its keys inside replay_buffer_config
+            "DQN",
+            "{replay_buffer_config: {type: MultiAgentPrioritizedReplayBuffer, capacity: 20000, prioritized_replay_alpha: "
+            "0.5, prioritized_replay_beta: 0.3, prioritized_replay_eps: 1.0e-6, learning_starts: 500}}",
+        ),
+    ],
+)
+def test_old_replay_settings_become_todays_replay_buffer_config(tmp_path, caplog, run, settings):
+    """Old DQN files' replay settings are translated, not dropped: before, a file's buffer_size
+    and its prioritized replay were dropped with a hint, and the run used the default buffer."""
+    path = write(tmp_path, f"x: {{run: {run}, env: GPUCartPole-v1, {STOP}, config: {settings}}}")
+    with caplog.at_level(logging.WARNING, logger="rllib_gpuenv"):
+        (exp,) = load_experiments(path)
+    buffer = exp.config.replay_buffer_config
+    assert (buffer["type"], buffer["capacity"], buffer["alpha"], buffer["beta"]) == (
+        "PrioritizedEpisodeReplayBuffer",
+        20000,
+        0.5,
+        0.3,
+    ), buffer
+    assert "prioritized_replay_eps" not in buffer and exp.config.num_steps_sampled_before_learning_starts == 500
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("rllib_gpuenv")]
+    assert any("prioritized_replay_alpha: called replay_buffer_config.alpha today" in line for line in lines), lines
+    exp.config.validate()  # the device buffer takes every translated setting
 
 
 def test_observation_filter_on_device_ppo_is_an_error(tmp_path):
