@@ -4,6 +4,7 @@ by RLlib before Ray starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -151,6 +152,37 @@ def apply_config(config, settings: dict, source: str, from_command_line: Collect
     """Apply a ``config:`` section (old names translated) to an AlgorithmConfig; unknown keys
     and bad values are errors naming ``source`` and the key."""
     return set_settings(config, prepare_settings(config, dict(settings), source), source, from_command_line)
+
+
+def merged(current: Any, override: Any, key: str = "") -> Any:
+    """``override`` laid over ``current``, as ``--config`` lays itself over a file's ``config:``:
+    mappings merge key by key, all the way down (``{"model_config": {"fcnet_activation": "relu"}}``
+    keeps the file's ``fcnet_hiddens``); any other value, a search space among them, replaces.
+    A replay buffer of another ``type`` replaces the whole mapping, as RLlib's ``training()`` does."""
+    if not (isinstance(current, dict) and isinstance(override, dict)) or is_search_space(current) or is_search_space(override):
+        return override
+    if key == "replay_buffer_config" and override.get("type", current.get("type")) != current.get("type"):
+        return override
+    return {**current, **{k: merged(current.get(k), v, k) for k, v in override.items()}}
+
+
+def merge_overrides(settings: dict, overrides: dict) -> dict:
+    """A ``config:`` section with the command line's ``--config`` laid over it (``merged``)."""
+    return {**settings, **{k: merged(settings.get(k), v, k) for k, v in overrides.items()}}
+
+
+def current_settings(config, keys: Collection[str]) -> dict:
+    """The mappings an AlgorithmConfig holds under ``keys`` (``model_config``, ``env_config``,
+    ``replay_buffer_config``, ...), for ``merge_overrides`` over a Python file's config; a key
+    whose value is no mapping (or a method, such as ``devices``) is left out."""
+    found = {}
+    for key in keys:
+        value = getattr(config, "_model_config" if key == "model_config" else key, None)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        if isinstance(value, dict):
+            found[key] = value
+    return found
 
 
 def contains_search_space(value: Any) -> bool:

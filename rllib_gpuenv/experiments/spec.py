@@ -39,7 +39,13 @@ from rllib_gpuenv.experiments.errors import ExperimentError, key_error
 from rllib_gpuenv.experiments.legacy import translate_experiment_keys, translate_metric
 from rllib_gpuenv.experiments.resource_space import ResourceSpace
 from rllib_gpuenv.experiments.restore import check_restore
-from rllib_gpuenv.experiments.settings import apply_config, build_config, validate_python_config
+from rllib_gpuenv.experiments.settings import (
+    apply_config,
+    build_config,
+    current_settings,
+    merge_overrides,
+    validate_python_config,
+)
 from rllib_gpuenv.experiments.shipped import config_file, shipped_settings
 
 logger = logging.getLogger(__name__)
@@ -150,7 +156,7 @@ def experiment_from_spec(
     settings = spec.get("config") or {}
     if not isinstance(settings, dict):
         raise key_error(where, "config", f"expected a mapping of AlgorithmConfig settings, got {settings!r}")
-    settings = {**settings, **(config_overrides or {})}
+    settings = merge_overrides(settings, config_overrides or {})
     env = spec.get("env", settings.pop("env", None))
     if env is None:
         raise key_error(where, "env", "missing: the env, e.g. env: GPUCartPole-v1")
@@ -308,8 +314,9 @@ def _python_experiment(path: str, config_overrides=None, stop_overrides=None, al
             where, "config", f"a Python experiment file must define `config`, an AlgorithmConfig (got {type(config).__name__})"
         )
     config.environment(rllib_env_id(config.env, where))
-    if config_overrides:
-        apply_config(config, config_overrides, where, from_command_line=set(config_overrides))
+    if config_overrides:  # a mapping the config holds is merged with the override, as a YAML file's is
+        overrides = merge_overrides(current_settings(config, config_overrides), config_overrides)
+        apply_config(config, overrides, where, from_command_line=set(config_overrides))
     vectorize_our_env(config, config_overrides)
     check_env_runner(config, where)
     validate_python_config(config, where, dict(config_overrides or {}))

@@ -528,6 +528,70 @@ def test_command_line_overrides_are_checked_and_named(tmp_path):
         load_experiments(path, config_overrides={"devices": {"env_runners": "cuda:7"}})
 
 
+def test_a_nested_command_line_override_keeps_the_files_other_settings(tmp_path):
+    """``--config '{"model_config": {"fcnet_activation": "relu"}}'`` changes the activation and
+    keeps the file's hidden layers; ``device_rollouts``, ``env_config`` alike. Before, the nested
+    mapping replaced the file's: RLlib's default 256x256 network trained, and rollouts of 32
+    steps where the file said 64. A YAML file and a Python file merge alike; a search space and a
+    replay buffer of another type replace."""
+    path = write(
+        tmp_path,
+        """
+        x:
+          run: DevicePPO
+          env: GPUCartPole-v1
+          stop: {training_iteration: 1}
+          config:
+            num_envs_per_env_runner: 8
+            device_rollouts: {rollout_length: 64}
+            env_config: {max_episode_steps: 100, backend: torch}
+            model_config: {fcnet_hiddens: [64, 64], fcnet_activation: tanh}
+        """,
+    )
+    python = write(
+        tmp_path,
+        """
+        from rllib_gpuenv.rllib import DevicePPOConfig
+        config = (
+            DevicePPOConfig()
+            .environment("GPUCartPole-v1", env_config={"max_episode_steps": 100, "backend": "torch"})
+            .env_runners(num_envs_per_env_runner=8)
+            .device_rollouts(rollout_length=64)
+            .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
+        )
+        stop = {"training_iteration": 1}
+        """,
+        name="exp.py",
+    )
+    overrides = {
+        "model_config": {"fcnet_activation": "relu"},
+        "device_rollouts": {"check_devices": True},
+        "env_config": {"max_episode_steps": 50},
+    }
+    for file in (path, python):
+        (exp,) = load_experiments(file, config_overrides=overrides)
+        config = exp.config
+        assert (config.model_config["fcnet_hiddens"], config.model_config["fcnet_activation"]) == ([64, 64], "relu"), file
+        assert (config.rollout_length, config.check_devices) == (64, True), file
+        assert (config.env_config["max_episode_steps"], config.env_config["backend"]) == (50, "torch"), file
+    grid = {"model_config": {"fcnet_hiddens": {"grid_search": [[32], [16]]}}}
+    (exp,) = load_experiments(path, config_overrides=grid)
+    assert exp.config.to_dict()["_model_config"] == {
+        "fcnet_hiddens": {"grid_search": [[32], [16]]},
+        "fcnet_activation": "tanh",
+    }
+    dqn = write(
+        tmp_path,
+        "x: {run: DeviceDQN, env: GPUCartPole-v1, stop: {training_iteration: 1}, config: {replay_buffer_config: "
+        "{type: PrioritizedEpisodeReplayBuffer, capacity: 5000, alpha: 0.5}}}",
+        name="dqn.yaml",
+    )
+    (exp,) = load_experiments(dqn, config_overrides={"replay_buffer_config": {"capacity": 2000}})
+    assert (exp.config.replay_buffer_config["capacity"], exp.config.replay_buffer_config["alpha"]) == (2000, 0.5)
+    with pytest.raises(ExperimentError, match=r"replaces the whole dict when its 'type' changes\): give it"):
+        load_experiments(dqn, config_overrides={"replay_buffer_config": {"type": "EpisodeReplayBuffer"}})
+
+
 def test_stop_metrics_nested_paths_and_custom_callbacks(tmp_path, caplog):
     good = {
         "training_iteration": 3,
