@@ -123,6 +123,8 @@ def check_cluster_fits(config, cluster: dict[str, float] | None = None, *, main_
     problems = [_shortage(resource, demands, float(cluster.get(resource, 0))) for resource in RESOURCES]
     if main_process_here:
         problems.append(_local_learner_gpu_problem(config))
+    else:  # a Tune trial reserves a placement-group bundle per actor
+        problems += [_empty_bundle(d) for d in demands]
     problems = [p for p in problems if p]
     if problems:
         raise ResourceError(f"{_algo_name(config)} cannot run on this Ray cluster: " + "; and ".join(problems))
@@ -142,11 +144,25 @@ def _shortage(resource: str, demands: list[Demand], have: float) -> str | None:
     fixes.append(
         "add a node with a GPU to the cluster"
         if resource == "GPU"
-        else f"give Ray more CPUs (ray.init(num_cpus={math.ceil(need)}), or add nodes)"
+        else f"give Ray more CPUs (a local instance: ray.init(num_cpus={math.ceil(need)}), or rllib train's "
+        f"--ray-num-cpus {math.ceil(need)}; a cluster: more nodes, or ray start --num-cpus on them)"
     )
     return (
         f"it asks Ray for {_fmt(need)} {resource}(s) but the cluster has {_fmt(have)}: {parts}. "
         f"Fix: {'; or '.join(f for f in fixes if f)}"
+    )
+
+
+def _empty_bundle(demand: Demand) -> str | None:
+    """A role whose actors ask for nothing: Tune reserves a placement-group bundle for each, and
+    Ray refuses an empty bundle (a traceback once the trial starts). ``build_algo()`` without Tune
+    reserves no bundles and runs such actors."""
+    if demand.count_setting is None or any(demand.per(resource) for resource in RESOURCES):
+        return None
+    cpu = demand.settings.get("CPU") or "its CPUs"
+    return (
+        f"the {demand.role} ask for no CPU and no GPU ({demand.count_setting}={demand.count}, {cpu}=0), and Ray refuses "
+        f"the empty placement-group bundle Tune reserves for each. Fix: set {cpu} to a small fraction, e.g. 0.01"
     )
 
 

@@ -38,7 +38,8 @@ BUILD_CASES = [
         config(num_env_runners=8),
         r"asks Ray for 8 CPU\(s\) but the cluster has 2: 8 for the env runners \(num_env_runners=8 × "
         r"num_cpus_per_env_runner=1\)\. "
-        r"Fix: set num_env_runners=2 or set num_cpus_per_env_runner=0.25; or give Ray more CPUs \(ray.init\(num_cpus=8\)",
+        r"Fix: set num_env_runners=2 or set num_cpus_per_env_runner=0.25; or give Ray more CPUs \(a local instance: "
+        r"ray.init\(num_cpus=8\), or rllib train's --ray-num-cpus 8; a cluster: more nodes",
         id="more-env-runners-than-cpus",
     ),
     pytest.param(
@@ -88,6 +89,12 @@ def test_build_algo_fails_at_once_naming_the_setting_and_the_fix(algo_config, me
             r"asks Ray for 1 GPU\(s\) but the cluster has 0: 1 for the algorithm's main process \(num_gpus_per_learner=1\)\. "
             r"Fix: set num_gpus_per_learner=0",
             id="trial-needs-a-gpu",
+        ),
+        pytest.param(  # build_algo() runs them; a trial crashed in Ray with "Bundles cannot be an empty dictionary"
+            config().learners(num_learners=2, num_cpus_per_learner=0),
+            r"the learners ask for no CPU and no GPU \(num_learners=2, num_cpus_per_learner=0\), and Ray refuses the empty "
+            r"placement-group bundle Tune reserves for each\. Fix: set num_cpus_per_learner to a small fraction, e\.g\. 0\.01",
+            id="learners-asking-for-nothing",
         ),
     ],
 )
