@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -24,8 +25,9 @@ import rllib_gpuenv.options as options
 def _scaling(result: dict, out_dir: str, name: str) -> tuple[str, str]:
     from rllib_gpuenv.bench import scaling
 
-    rows = result["rows"]
-    return scaling.summary(rows), scaling.plot_scaling(rows, out_dir, "scaling", result["meta"].get("turning_points"))
+    rows, turning = result["rows"], result["meta"].get("turning_points")
+    text = scaling.summary(rows) + (scaling.turning_table(turning) if turning else "")
+    return text, scaling.plot_scaling(rows, out_dir, "scaling", turning)
 
 
 def _training(result: dict, out_dir: str, name: str) -> tuple[str, str]:
@@ -103,27 +105,36 @@ def replot(folder: str, out_dir: str | None = None) -> list[str]:
     """Every ``<kind>.json`` and ``<kind>_<variant>.json`` in ``folder`` (``training_<task>.json``,
     ``scaling_<env>.json``): print its table, write ``<same name>.png`` to ``out_dir`` (default:
     the same folder); return the plots' paths."""
+    if os.path.isfile(folder):
+        raise ValueError(f"{folder} is a file: give the folder it is in ({os.path.dirname(folder) or '.'})")
     if not os.path.isdir(folder):
         raise ValueError(f"{folder}: no such folder")
     out_dir = out_dir or folder
     os.makedirs(out_dir, exist_ok=True)
-    written = []
+    written, skipped = [], []
     for file in sorted(os.listdir(folder)):
         name, ext = os.path.splitext(file)
         kind = name.split("_", 1)[0]
         if ext != ".json" or kind not in REPLOTS:
             continue
         path = os.path.join(folder, file)
-        with open(path) as f:
-            result = json.load(f)
-        with tempfile.TemporaryDirectory() as scratch:  # each kind draws <kind>.png; this result's is <name>.png
-            text, drawn = REPLOTS[kind](result, scratch, name)
-            plot = os.path.join(out_dir, f"{name}.png")
-            shutil.move(drawn, plot)
+        try:
+            with open(path) as f:
+                result = json.load(f)
+            with tempfile.TemporaryDirectory() as scratch:  # each kind draws <kind>.png; this result's is <name>.png
+                text, drawn = REPLOTS[kind](result, scratch, name)
+                plot = os.path.join(out_dir, f"{name}.png")
+                shutil.move(drawn, plot)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:  # not a result of its kind
+            why = f"{type(err).__name__}: {err}" if not isinstance(err, json.JSONDecodeError) else f"not valid JSON ({err})"
+            skipped.append(f"{path}: not a {kind} result this tool can read ({why})")
+            print(f"replot: skipped {skipped[-1]}", file=sys.stderr)
+            continue
         print(f"== {name} ({path})\n{text}\nplot: {plot}\n")
         written.append(plot)
     if not written:
-        raise ValueError(f"{folder}: none of {', '.join(f'{n}.json' for n in REPLOTS)} found")
+        found = "; ".join(skipped) if skipped else f"none of {', '.join(f'{n}.json' for n in REPLOTS)} found"
+        raise ValueError(f"{folder}: {found}")
     return written
 
 

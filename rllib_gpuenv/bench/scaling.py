@@ -262,10 +262,7 @@ def run(
         del steps
     turning = turning_points(rows)
     print(summary(rows))
-    print(
-        "\nturning points (time per step grows ~linearly from here on)\n"
-        + format_table(["contender", "num_envs"], [[c, n] for c, n in turning.items()])
-    )
+    print(turning_table(turning))
     meta = {
         "env": env_id,
         "num_envs": num_envs,
@@ -289,6 +286,13 @@ def interleaved_turns(
         for c in here[r % len(here) :] + here[: r % len(here)]:  # rotated: no fixed predecessor
             turns[c.name].append(time_calls(calls[c.name], min_seconds / rounds, max(1, min_calls // rounds), device=c.device))
     return turns
+
+
+def turning_table(turning: dict[str, int | None]) -> str:
+    """The turning points as the benchmark prints them (``turning_points``)."""
+    return "\nturning points (time per step grows ~linearly from here on)\n" + format_table(
+        ["contender", "num_envs"], [[c, n] for c, n in turning.items()]
+    )
 
 
 def turning_points(rows: list[dict], efficiency: float = 0.5) -> dict[str, int | None]:

@@ -130,7 +130,29 @@ def test_replot_draws_the_recorded_results_again(tmp_path):
         "iteration (sum of the parts)" in out.stdout
         and "env steps to target" in out.stdout
         and "speed-ups measured" in out.stdout
+        and "turning points" in out.stdout  # as bench scaling prints them
     )
+
+
+def test_replot_skips_a_file_that_is_not_a_result_naming_it_and_draws_the_others(tmp_path, capsys):
+    """Before, a truncated JSON stopped replot with the decoder's words and no file name, and a
+    ``[]`` or a notes file named like a result stopped it with a traceback, drawing none of the
+    results after it."""
+    from rllib_gpuenv.bench.replot import replot
+
+    shutil.copy(pathlib.Path(ROOT, "benchmarks", "scaling.json"), tmp_path / "training.json")  # a result of another kind
+    shutil.copy(pathlib.Path(ROOT, "benchmarks", "scaling.json"), tmp_path / "scaling.json")
+    (tmp_path / "breakdown.json").write_text(pathlib.Path(ROOT, "benchmarks", "breakdown.json").read_text()[:1500])
+    (tmp_path / "sampling.json").write_text("[]")
+    assert replot(str(tmp_path)) == [str(tmp_path / "scaling.png")]
+    skipped = [line for line in capsys.readouterr().err.splitlines() if line.startswith("replot: skipped")]
+    assert len(skipped) == 3, skipped
+    assert f"{tmp_path / 'breakdown.json'}: not a breakdown result this tool can read (not valid JSON" in skipped[0]
+    with pytest.raises(ValueError, match=r"scaling.json is a file: give the folder it is in"):
+        replot(str(tmp_path / "scaling.json"))
+    (tmp_path / "scaling.json").unlink()
+    with pytest.raises(ValueError, match=r"sampling.json: not a sampling result"):
+        replot(str(tmp_path))  # nothing drawn: an error naming each file
 
 
 def test_replot_of_a_folder_that_is_not_there_says_so_and_makes_none(tmp_path):
