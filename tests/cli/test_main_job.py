@@ -193,6 +193,21 @@ def test_a_run_from_a_script_or_a_test_keeps_its_collector_as_it_was():
     assert gc.isenabled() and gc.get_freeze_count() == frozen
 
 
+def test_more_learners_than_the_machine_holds_fail_before_ray_starts(tmp_path):
+    """Checked against what the local Ray instance will have, before it starts (before, the same
+    line came from the build, ~13 s later on a 2-core machine, with Ray started and stopped), and
+    naming the job's own option."""
+    import ray
+
+    from rllib_gpuenv.rllib.resources import ResourceError
+
+    running = ray.is_initialized()  # a module before this one in the worker may have left Ray up
+    with pytest.raises(ResourceError, match=r"asks Ray for \d+ CPU\(s\) but the cluster has") as err:
+        train(tiny_main_job_file(tmp_path), device="cpu", max_iterations=1, storage_path=str(tmp_path), num_learners=1000)
+    if not running:
+        assert "(this job: --num-learners;" in str(err.value) and not ray.is_initialized()
+
+
 def test_the_main_job_trains_with_colocated_learners(ray_local, tmp_path):
     """--num-learners 2: two learners, each stepping the file's 16 envs, gradients all-reduced."""
     tiny = tiny_main_job_file(tmp_path)
