@@ -146,13 +146,47 @@ def run_child(module: str, args: list[str], label: str, timeout_s: float) -> dic
         out = f.name
     try:
         cmd = [sys.executable, "-m", module, *args, "--write", out]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                _, stderr = proc.communicate(timeout=timeout_s)
+            except BaseException:  # Ctrl-C, SIGTERM, the timeout: the child cleans up as it stops
+                _stop_child(proc)
+                raise
         if proc.returncode:
-            raise RuntimeError(f"{label} failed:\n{proc.stderr[-3000:]}")
+            raise RuntimeError(f"{label} failed:\n{stderr[-3000:]}")
         with open(out) as f:
             return json.load(f)
     finally:
         os.unlink(out)
+
+
+def _stop_child(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """Let a benchmark's child process stop as an interrupted command does (its algorithm stopped,
+    its empty log folder in ~/ray_results removed): interrupt it (``interrupted_once`` makes a
+    second interrupt, a Ctrl-C at the terminal that reached it too, harmless) and kill it only if
+    it has not ended ``grace_s`` later. (``subprocess.run`` killed the child at once, which left
+    its log folder behind.)"""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+def interrupted_once() -> None:
+    """In a benchmark's child process: SIGINT and SIGTERM interrupt it once (KeyboardInterrupt);
+    later ones are ignored, so that the cleanup the first one starts (``finally``: the algorithm
+    stopped, its log folder removed) is not cut short by the parent's interrupt after the
+    terminal's."""
+
+    def once(signum, frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, once)
 
 
 def pyplot():

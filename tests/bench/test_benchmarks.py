@@ -337,3 +337,37 @@ def test_the_gpu_targets_are_read_from_gpu_results_only(tmp_path, capsys):
     assert [row["verdict"] for row in every_lease] == ["met", "met", "met", "met", "met"]
     sources = [row["source"].split("/")[0] for row in every_lease]  # the H200's lease did not rerun the 512-env file
     assert sources == ["2026-11-29-h200"] * 4 + ["2026-11-27-h100"], sources
+
+
+def test_a_benchmarks_interrupted_child_cleans_up_before_it_ends(tmp_path):
+    """A benchmark run in a child process (``run_child``) that is interrupted gets to run its
+    ``finally`` (its algorithm stopped, its empty log folder in ~/ray_results removed), also
+    when a Ctrl-C at the terminal reached it before the parent's interrupt; a child that does not
+    end is killed. Before, ``subprocess.run`` killed it at once, and an interrupted ``bench
+    training`` left an empty folder there."""
+    import subprocess
+    import sys
+
+    from rllib_gpuenv.bench.common import _stop_child
+
+    cleaned = tmp_path / "cleaned"
+    code = (
+        "import signal, sys, time\n"
+        "from rllib_gpuenv.bench.common import interrupted_once\n"
+        "interrupted_once()\n"
+        "print('ready', flush=True)\n"
+        "try:\n    time.sleep(600)\n"
+        "finally:\n"
+        "    signal.raise_signal(signal.SIGINT)  # the parent's interrupt, after the terminal's: ignored\n"
+        f"    open({str(cleaned)!r}, 'w').close()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert child.stdout.readline() == "ready\n"  # its try has begun: an interrupt now runs the finally
+    _stop_child(child, grace_s=600)  # the grace: a hang guard
+    assert child.returncode != -9 and cleaned.exists(), child.stderr.read()[-2000:]
+    deaf = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                             "print('ready', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert deaf.stdout.readline() == "ready\n"
+    _stop_child(deaf, grace_s=1)  # one that does not stop is killed
+    assert deaf.returncode == -9
