@@ -260,7 +260,11 @@ def run(
     rows = []
     for n in num_envs:
         here = [(c, k) for c, k in chosen if n <= c.max_envs]
-        print(f"  num_envs={n:>9,}: {len(here)} contenders on {device}, {rounds} rounds", file=sys.stderr, flush=True)
+        print(
+            f"  num_envs={n:>9,}: {len(here)} contenders on {device}, {rounds} round{'s' * (rounds != 1)}",
+            file=sys.stderr,
+            flush=True,
+        )
         calls = {c.name: c.make(n) for c, _ in here}
         turns = interleaved_turns([c for c, _ in here], calls, rounds, min_seconds, min_calls=rounds)
         for c, k in here:

@@ -241,7 +241,11 @@ def run(
     rows = []
     for n in num_envs:
         here = [c for c in chosen if n <= c.max_envs and not (c.device == "cpu" and n > (1 << 20))]
-        print(f"  {env_id} num_envs={n:>9,}: {len(here)} contenders, {rounds} interleaved rounds", file=sys.stderr, flush=True)
+        print(
+            f"  {env_id} num_envs={n:>9,}: {len(here)} contenders, {rounds} interleaved round{'s' * (rounds != 1)}",
+            file=sys.stderr,
+            flush=True,
+        )
         steps = {c.name: c.make(n) for c in here}
         with busy_processes(load):
             turns = interleaved_turns(here, steps, rounds, min_seconds, min_calls)

@@ -880,10 +880,11 @@ def summary_text(rows: list[dict], target: float, task: Task = TASKS[DEFAULT_TAS
                 )
                 steps_ratio = "-"
             ratios.append([other["contender"], time_ratio, steps_ratio, seeds_won(ours, other)])
-        text += (
-            "\n\nthe others against the device path (their median / its median; above 1x: the device path needs less)\n"
-            + format_table(["vs", "time to target", "env steps to target", "seeds the device path wins"], ratios)
-        )
+        if ratios:  # only the device path ran: nothing to compare
+            text += (
+                "\n\nthe others against the device path (their median / its median; above 1x: the device path needs less)\n"
+                + format_table(["vs", "time to target", "env steps to target", "seeds the device path wins"], ratios)
+            )
     return text
 
 

@@ -327,3 +327,24 @@ def test_every_contenders_settings_change_its_file_into_a_config_that_validates(
     assert experiment.config.replay_buffer_config == {
         "type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "capacity": 100_000
     }  # fmt: skip
+
+
+def test_a_race_of_the_device_path_alone_prints_no_empty_comparison():
+    from rllib_gpuenv.bench import training
+
+    run = {
+        "contender": "device",
+        "seed": 0,
+        "time_to_target_s": 2.0,
+        "steps_to_target": 1000,
+        "gradient_steps_to_target": 10,
+        "curve": [(1.0, 500, 100.0, 5), (2.0, 1000, 480.0, 10)],
+        "final_return": 480.0,
+        "env_steps_per_s": 500.0,
+        "sampling_env_steps_per_s": 5000.0,
+        "build_s": 1.0,
+        "budget_s": 10.0,
+    }
+    task = training.TASKS[training.DEFAULT_TASK]
+    text = training.summary_text(training.summarise([run], 475.0, task), 475.0, task)
+    assert "median s to 475" in text and "the others against the device path" not in text
