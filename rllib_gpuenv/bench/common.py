@@ -145,7 +145,10 @@ def run_child(module: str, args: list[str], label: str, timeout_s: float) -> dic
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     try:
-        cmd = [sys.executable, "-m", module, *args, "--write", out]
+        # python -m module, its interrupts made harmless after the first (``interrupted_once``)
+        run = f"from {__name__} import interrupted_once; interrupted_once(); import runpy; runpy.run_module({module!r}, "
+        run += "run_name='__main__', alter_sys=True)"
+        cmd = [sys.executable, "-c", run, *args, "--write", out]
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
             try:
                 _, stderr = proc.communicate(timeout=timeout_s)

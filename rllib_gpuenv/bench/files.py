@@ -21,15 +21,7 @@ import sys
 import time
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import (
-    interrupted_once,
-    pyplot,
-    report,
-    run_child,
-    save_figure,
-    start_local_ray,
-    write_results,
-)
+from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, start_local_ray, write_results
 from rllib_gpuenv.experiments.envs import unqualified_env_id
 from rllib_gpuenv.experiments.progress import (
     ENV_STEPS_METRIC,
@@ -273,5 +265,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    interrupted_once()  # a run started by run_child: its cleanup is not cut short
     main()

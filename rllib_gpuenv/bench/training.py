@@ -67,15 +67,7 @@ import sys
 import time
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.bench.common import (
-    interrupted_once,
-    pyplot,
-    report,
-    run_child,
-    save_figure,
-    start_local_ray,
-    write_results,
-)
+from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, start_local_ray, write_results
 from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, EvaluationTime, format_table, lookup
 
 CURVE_EVERY = 256  # env steps between the points of SB3's curve, whose rollouts may be a step each (SAC)
@@ -948,7 +940,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    interrupted_once()  # a run started by run_child: its cleanup is not cut short
     main()
 
 
