@@ -355,17 +355,19 @@ def test_a_benchmarks_interrupted_child_cleans_up_before_it_ends(tmp_path):
         "import signal, sys, time\n"
         "from rllib_gpuenv.bench.common import interrupted_once\n"
         "interrupted_once()\n"
-        "print('ready', flush=True)\n"
-        "try:\n    time.sleep(600)\n"
+        "try:\n"
+        "    print('ready', flush=True)  # inside the try: an interrupt from now on runs the finally\n"
+        "    time.sleep(600)\n"
         "finally:\n"
         "    signal.raise_signal(signal.SIGINT)  # the parent's interrupt, after the terminal's: ignored\n"
         f"    open({str(cleaned)!r}, 'w').close()\n"
     )
     env = {**os.environ, "PYTHONPATH": ROOT}
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    assert child.stdout.readline() == "ready\n"  # its try has begun: an interrupt now runs the finally
-    _stop_child(child, grace_s=600)  # the grace: a hang guard
-    assert child.returncode != -9 and cleaned.exists(), child.stderr.read()[-2000:]
+    with open(tmp_path / "stderr", "w") as stderr:
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        assert child.stdout.readline() == "ready\n"
+        _stop_child(child, grace_s=600)  # the grace: a hang guard
+    assert child.returncode != -9 and cleaned.exists(), (tmp_path / "stderr").read_text()[-2000:]
     deaf = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
                              "print('ready', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert deaf.stdout.readline() == "ready\n"
