@@ -308,7 +308,9 @@ def train(
     startup = StartupTimes()
     ray_was_running = ray.is_initialized()
     if not builds_without_ray(config if resume is None else saved_config(resume)):  # remote runners or learners
-        if resume is None and not ray_was_running:  # what the local Ray instance will have: checked before it starts
+        # a local Ray instance (none running, no RAY_ADDRESS to join, as a `ray job submit` driver
+        # has): what it will have is checked before it starts; a cluster's is checked at the build
+        if resume is None and not ray_was_running and not os.environ.get("RAY_ADDRESS"):
             _check_fits_this_machine(config)
         runtime_env = importable_folders_env(code_folders) or None
         ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
