@@ -16,7 +16,7 @@ import torch
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import parse_sizes, pyplot, report, save_figure, synchronize
-from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.experiments.tables import format_table
 
 logger = logging.getLogger(__name__)
 

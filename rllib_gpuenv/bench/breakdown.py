@@ -41,8 +41,7 @@ import torch
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, start_local_ray, synchronize
 from rllib_gpuenv.experiments.envs import unqualified_env_id
-from rllib_gpuenv.experiments.progress import format_table
-from rllib_gpuenv.rllib.logdir import stop_algorithm
+from rllib_gpuenv.experiments.tables import format_table
 
 # How the table and the plot name a part where the key alone would mislead.
 LABELS = {"advantages (GAE)": "training data: GAE (PPO), n-step + replay buffer (DQN, SAC)"}
@@ -243,6 +242,7 @@ def device_path(config, iterations: int, profile_build: int = 0) -> dict:
     the replay buffer's adds and draws (between sampling and the update). ``build_s``: how long
     ``build_algo()`` took (not part of the iteration); with ``profile_build`` its slowest
     ``profile_build`` functions (cumulative time) are printed."""
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
     from rllib_gpuenv.rllib.ppo import DevicePPO
 
     algo, build_s = _build(config, profile_build)
@@ -396,6 +396,8 @@ def stock_config(num_envs: int, rollout_length: int, env: str = DEFAULT_ENV, lea
 
 def stock_runner(num_envs: int, rollout_length: int, iterations: int, env: str = DEFAULT_ENV, learning=None) -> dict:
     """One row: RLlib's stock runner on ``env`` (``stock_config``)."""
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
+
     config = stock_config(num_envs, rollout_length, env, learning)
     steps = num_envs * rollout_length
     algo = config.build_algo()

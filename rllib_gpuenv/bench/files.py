@@ -23,15 +23,8 @@ import time
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, start_local_ray, write_results
 from rllib_gpuenv.experiments.envs import unqualified_env_id
-from rllib_gpuenv.experiments.progress import (
-    ENV_STEPS_METRIC,
-    EVALUATION_RETURN_METRIC,
-    RETURN_METRIC,
-    EvaluationTime,
-    format_table,
-    lookup,
-)
-from rllib_gpuenv.rllib.logdir import stop_algorithm
+from rllib_gpuenv.experiments.metric_names import ENV_STEPS_METRIC, EVALUATION_RETURN_METRIC, RETURN_METRIC, lookup
+from rllib_gpuenv.experiments.tables import format_table
 
 # One file per env of the suite (the algorithm that solves it; Pendulum also by SAC, CartPole by DQN).
 SUITE_FILES = (
@@ -63,7 +56,9 @@ def run_one(path: str, seed: int, device: str | None, budget_s: float) -> dict:
     import ray
 
     from rllib_gpuenv.experiments import load_experiments
+    from rllib_gpuenv.experiments.progress import EvaluationTime
     from rllib_gpuenv.rllib.in_process import InProcess, builds_without_ray
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
 
     experiment = load_experiments(path)[0]
     config = experiment.config.debugging(seed=seed)

@@ -32,8 +32,8 @@ import time
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, start_local_ray
-from rllib_gpuenv.experiments.progress import RETURN_METRIC, format_table, lookup
-from rllib_gpuenv.rllib.logdir import stop_algorithm
+from rllib_gpuenv.experiments.metric_names import RETURN_METRIC, lookup
+from rllib_gpuenv.experiments.tables import format_table
 
 LAYOUTS = ("colocated", "separate")  # of several learners, each measured beside the local learner
 
@@ -112,6 +112,8 @@ def measure(
 ) -> dict:
     """A setup's time to target per seed, each from a fresh start, and its throughput after the
     first seed's run (same algorithm: one build less per setup; or a run of its own without seeds)."""
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
+
     runs, throughput = [], None
     for seed in seeds or [0]:
         algo = _config(setup, config_file, seed, device).build_algo()

@@ -42,7 +42,7 @@ import torch
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure, write_results
 from rllib_gpuenv.bench.scaling import POOL, Contender, _action_pool, _ours, interleaved_turns
-from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.experiments.tables import format_table
 from rllib_gpuenv.jax_envs import is_jax_id, make_jax_env
 
 ENV_ALONE, DEVICE, DEVICE_STEPPED, DEVICE_RLLIB_DRAW, STOCK, GYMNAX, BRAX = (

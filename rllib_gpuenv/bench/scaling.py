@@ -46,7 +46,7 @@ from rllib_gpuenv.bench.common import (
     suite_env,
     time_calls,
 )
-from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.experiments.tables import format_table
 
 logger = logging.getLogger(__name__)
 

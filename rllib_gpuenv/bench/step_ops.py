@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, suite_env
 from rllib_gpuenv.core import ops
-from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.experiments.tables import format_table
 
 WARMUP_STEPS = 50  # episodes under way, some ending at every step
 

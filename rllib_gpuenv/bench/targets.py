@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.experiments.tables import format_table
 
 NUMBA_CUDA, TORCH_CUDA = "ours: numba-cuda", "ours: torch (cuda)"
 DEVICE_RUNNER = "device runner"

@@ -68,7 +68,8 @@ import time
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, run_child, save_figure, start_local_ray, write_results
-from rllib_gpuenv.experiments.progress import EVALUATION_RETURN_METRIC, EvaluationTime, format_table, lookup
+from rllib_gpuenv.experiments.metric_names import EVALUATION_RETURN_METRIC, lookup
+from rllib_gpuenv.experiments.tables import format_table
 
 CURVE_EVERY = 256  # env steps between the points of SB3's curve, whose rollouts may be a step each (SAC)
 LAST_EPISODES = 100  # the return criterion: mean return of the last 100 episodes, for every contender
@@ -409,6 +410,7 @@ def _rllib_curve(
     import ray
 
     from rllib_gpuenv.experiments import apply_config, load_experiments
+    from rllib_gpuenv.experiments.progress import EvaluationTime
     from rllib_gpuenv.rllib import DeviceEnvRunner
 
     path = _experiment_file(task, contender, device_config)

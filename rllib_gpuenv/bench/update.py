@@ -31,8 +31,7 @@ import torch
 
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import pyplot, report, save_figure, synchronize
-from rllib_gpuenv.experiments.progress import format_table
-from rllib_gpuenv.rllib.logdir import stop_algorithm
+from rllib_gpuenv.experiments.tables import format_table
 
 LEAN, CAPTURED, RLLIB, PLAIN = "ours: lean update", "ours: captured", "RLlib's update", "plain torch"
 CONTENDERS = (CAPTURED, LEAN, RLLIB, PLAIN)
@@ -257,6 +256,7 @@ def measure_ppo(minibatch_sizes: list[int], device: str, rounds: int, steps_per_
     steps, as many epochs at each size as give ``steps_per_update`` gradient steps."""
     from rllib_gpuenv.experiments.spec import cartpole_config
     from rllib_gpuenv.rllib.learner import rollout_batch
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
 
     config = cartpole_config(device=device, seed=0)
     config.env_runners(num_envs_per_env_runner=128).device_rollouts(rollout_length=32)
@@ -315,6 +315,7 @@ def measure_replay(
     through the lean update and RLlib's (``DeviceReplayLearner.update_on_draws``), and through
     ``plain`` (a class like ``PlainSAC``) where there is one."""
     from rllib_gpuenv.rllib.device_replay import WEIGHTS, n_step_transitions
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
 
     config = config.devices(learner=device, env_runners=device).debugging(seed=0)
     algo = config.build_algo()

@@ -14,7 +14,7 @@ import torch
 import rllib_gpuenv.options as options
 from rllib_gpuenv.bench.common import default_sizes, parse_sizes, pyplot, report, save_figure, time_calls
 from rllib_gpuenv.bench.scaling import _ours
-from rllib_gpuenv.experiments.progress import format_table
+from rllib_gpuenv.experiments.tables import format_table
 
 
 def backends() -> list[tuple[str, str, str]]:

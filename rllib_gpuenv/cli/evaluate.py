@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 import rllib_gpuenv.options as options
-from rllib_gpuenv.rllib.checkpointing import MARKER, missing_module, not_a_checkpoint, use_code_folders
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +56,8 @@ class Evaluation:
 
 
 def _load_pickle(path: Path):
+    from rllib_gpuenv.rllib.checkpointing import missing_module
+
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
@@ -72,6 +73,8 @@ def load_checkpoint(checkpoint: str | os.PathLike):
     """The algorithm config and the policy (RLModule) saved in an algorithm checkpoint."""
     from ray.rllib.core import DEFAULT_MODULE_ID
     from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from rllib_gpuenv.rllib.checkpointing import MARKER, not_a_checkpoint, use_code_folders
 
     path = Path(checkpoint).expanduser().resolve()
     if not path.exists():

@@ -24,27 +24,18 @@ import rllib_gpuenv.options as options
 from rllib_gpuenv.cli import collector
 from rllib_gpuenv.cli.errors import StopAfterThisIteration
 from rllib_gpuenv.cli.result_files import ResultLoggers
-from rllib_gpuenv.experiments.progress import (
+from rllib_gpuenv.experiments.metric_names import (
     ENV_STEPS_METRIC,
     EPISODES_METRIC,
     EVALUATION_RETURN_METRIC,
     RETURN_METRIC,
-    EvaluationTime,
-    IterationLines,
     lookup,
 )
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.experiments.spec import MAIN_JOB_FILE, importable_folders_env, load_config
-from rllib_gpuenv.rllib.checkpointing import (
-    ResumesExactly,
-    check_checkpoint_files,
-    record_code_folders,
-    saved_config,
-    use_code_folders,
-)
-from rllib_gpuenv.rllib.in_process import builds_without_ray
-from rllib_gpuenv.rllib.logdir import stop_algorithm
 
+# RLlib, Tune and Ray load in the functions that train (2-3 s): ``rllib-gpuenv --help`` and a
+# mistaken option are answered without them.
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_FILE = config_file(MAIN_JOB_FILE)
@@ -147,6 +138,8 @@ def save_experiment(checkpoint: str, config_file, name: str, stop: dict, algo, c
     its name, the stop criteria in force (the file's, with ``--target`` and ``--max-iterations``)
     and the run's clocks, which RLlib's own algorithms do not keep (``restore_clocks``); and, for
     ``evaluate`` and ``--resume`` from another folder, the folders its user code came from."""
+    from rllib_gpuenv.rllib.checkpointing import record_code_folders
+
     clocks = {"time_total_s": algo._time_total, "evaluation_time_total_s": getattr(algo, "evaluation_time_total_s", 0.0)}
     with open(os.path.join(checkpoint, RUN_FILE), "w") as f:
         json.dump({"config_file": os.path.abspath(config_file), "name": name, "stop": stop, "clocks": clocks}, f, indent=2)
@@ -158,6 +151,8 @@ def restore_clocks(algo, checkpoint) -> None:
     keep them: ``Algorithm.from_checkpoint`` starts RLlib's own (a stock PPO's) at 0, and the run's
     summary would give only the resumed part's time. The device algorithms keep their own
     (``rllib.checkpointing.ResumesExactly``)."""
+    from rllib_gpuenv.rllib.checkpointing import ResumesExactly
+
     record = Path(checkpoint) / RUN_FILE
     if isinstance(algo, ResumesExactly) or not record.is_file():
         return
@@ -184,6 +179,7 @@ def resumed_experiment(checkpoint, config_file, device, seed, num_learners) -> t
     ``--seed`` or ``--num-learners`` other than the checkpoint's is an error, not ignored."""
     from rllib_gpuenv.experiments.errors import ExperimentError
     from rllib_gpuenv.experiments.restore import check_restore
+    from rllib_gpuenv.rllib.checkpointing import check_checkpoint_files, saved_config
 
     check_checkpoint_files(checkpoint)  # a damaged checkpoint is named before anything starts
     _check_resumed_settings(checkpoint, saved_config(checkpoint), device, seed, num_learners)
@@ -268,6 +264,11 @@ def train(
     Ctrl-C stops after the iteration that is running, saves the checkpoint and says how to go
     on from it; a second Ctrl-C quits at once."""
     import ray
+
+    from rllib_gpuenv.experiments.progress import EvaluationTime, IterationLines
+    from rllib_gpuenv.rllib.checkpointing import saved_config, use_code_folders
+    from rllib_gpuenv.rllib.in_process import builds_without_ray
+    from rllib_gpuenv.rllib.logdir import stop_algorithm
 
     code_folders = []  # a Python file's folder, whose modules remote runners import too
     if resume is not None:

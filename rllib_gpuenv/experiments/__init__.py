@@ -11,47 +11,52 @@ Where each part lives:
 * ``legacy.py``: old RLlib names and settings translated, one warning each;
 * ``running.py``: the cluster checked, then Ray Tune (``run_experiment``); ``restore.py``: trials
   that start from a checkpoint, an interrupted experiment resumed;
-* ``progress.py``: metric names and progress output; ``shipped.py``: the files in ``configs/``;
+* ``metric_names.py``: the metric paths commands read; ``progress.py``: progress output;
+  ``shipped.py``: the files in ``configs/``;
 * ``tune_resources.py``: Tune chooses the resources.
 """
 
-from rllib_gpuenv.experiments.envs import check_env, rllib_env_id
-from rllib_gpuenv.experiments.errors import ExperimentError
-from rllib_gpuenv.experiments.legacy import CONFIG_RENAMES as LEGACY_CONFIG_KEYS
-from rllib_gpuenv.experiments.legacy import EXPERIMENT_RENAMES as LEGACY_EXPERIMENT_KEYS
-from rllib_gpuenv.experiments.legacy import METRIC_RENAMES as LEGACY_METRICS
-from rllib_gpuenv.experiments.legacy import translate_metric
-from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, EPISODES_METRIC, RETURN_METRIC
-from rllib_gpuenv.experiments.running import check_fits_cluster, run_experiment
-from rllib_gpuenv.experiments.settings import algorithm_config, apply_config
-from rllib_gpuenv.experiments.spec import (
-    Experiment,
-    cartpole_config,
-    experiment_from_spec,
-    inline_experiment,
-    load_config,
-    load_experiments,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ENV_STEPS_METRIC",
-    "EPISODES_METRIC",
-    "Experiment",
-    "ExperimentError",
-    "LEGACY_CONFIG_KEYS",
-    "LEGACY_EXPERIMENT_KEYS",
-    "LEGACY_METRICS",
-    "RETURN_METRIC",
-    "algorithm_config",
-    "apply_config",
-    "cartpole_config",
-    "check_env",
-    "check_fits_cluster",
-    "experiment_from_spec",
-    "inline_experiment",
-    "load_config",
-    "load_experiments",
-    "rllib_env_id",
-    "run_experiment",
-    "translate_metric",
-]
+import importlib
+
+# Name -> (module, name there). The modules load when a name is first asked for: reading one
+# module (``experiments.errors`` for a command's ``--help``) imports neither Tune nor RLlib.
+_EXPORTS = {
+    "ENV_STEPS_METRIC": ("metric_names", "ENV_STEPS_METRIC"),
+    "EPISODES_METRIC": ("metric_names", "EPISODES_METRIC"),
+    "RETURN_METRIC": ("metric_names", "RETURN_METRIC"),
+    "Experiment": ("spec", "Experiment"),
+    "ExperimentError": ("errors", "ExperimentError"),
+    "LEGACY_CONFIG_KEYS": ("legacy", "CONFIG_RENAMES"),
+    "LEGACY_EXPERIMENT_KEYS": ("legacy", "EXPERIMENT_RENAMES"),
+    "LEGACY_METRICS": ("legacy", "METRIC_RENAMES"),
+    "algorithm_config": ("settings", "algorithm_config"),
+    "apply_config": ("settings", "apply_config"),
+    "cartpole_config": ("spec", "cartpole_config"),
+    "check_env": ("envs", "check_env"),
+    "check_fits_cluster": ("running", "check_fits_cluster"),
+    "experiment_from_spec": ("spec", "experiment_from_spec"),
+    "inline_experiment": ("spec", "inline_experiment"),
+    "load_config": ("spec", "load_config"),
+    "load_experiments": ("spec", "load_experiments"),
+    "rllib_env_id": ("envs", "rllib_env_id"),
+    "run_experiment": ("running", "run_experiment"),
+    "translate_metric": ("legacy", "translate_metric"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+    globals()[name] = value  # once
+    return value
+
+
+__all__ = sorted(_EXPORTS)
+
+
+def __dir__() -> list[str]:
+    return __all__

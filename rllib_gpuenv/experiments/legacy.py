@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from rllib_gpuenv.experiments.errors import key_error
-from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, EPISODES_METRIC, RETURN_METRIC
+from rllib_gpuenv.experiments.metric_names import ENV_STEPS_METRIC, EPISODES_METRIC, RETURN_METRIC
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,7 @@
 """Metric names and progress output: one place for both.
 
-The metric paths every command reads (the return, env steps and episodes) are built from
-RLlib's own constants (``ray.rllib.utils.metrics``), as RLlib's ``ppo.py`` names them. Two
-reporters print training progress, each named for what it prints:
+The metric paths every command reads (the return, env steps and episodes) are RLlib's
+(``metric_names.py``). Two reporters print training progress, each named for what it prints:
 
 * ``IterationLines``: the main job's one line per iteration (and a tqdm bar on a terminal);
 * ``ResultRows``: ``rllib train``'s Tune reporter, one row per trial result. RLlib's example
@@ -10,8 +9,6 @@ reporters print training progress, each named for what it prints:
   return); this keeps that pattern and prints one row per new result instead of re-printing a
   table, with the env-steps/s of that report; a trial's config (hundreds of lines) is printed
   only when asked (``rllib train -v``).
-
-``format_table`` is the plain text table of the benchmarks and the Tune resource search.
 """
 
 from __future__ import annotations
@@ -19,24 +16,21 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
-from ray.rllib.utils.metrics import (
-    ENV_RUNNER_RESULTS,
-    EPISODE_RETURN_MEAN,
-    NUM_ENV_STEPS_SAMPLED,
-    NUM_ENV_STEPS_SAMPLED_LIFETIME,
-    NUM_EPISODES_LIFETIME,
-)
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME
 from ray.tune import ProgressReporter
 from ray.tune.result import TIME_THIS_ITER_S, TIME_TOTAL_S, TRAINING_ITERATION
 from ray.tune.utils import flatten_dict
 
-RETURN_METRIC = f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}"  # env_runners/episode_return_mean
-EVALUATION_RETURN_METRIC = f"evaluation/{RETURN_METRIC}"  # evaluation/env_runners/episode_return_mean
-ENV_STEPS_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED_LIFETIME}"
-EPISODES_METRIC = f"{ENV_RUNNER_RESULTS}/{NUM_EPISODES_LIFETIME}"
+from rllib_gpuenv.experiments.metric_names import (
+    ENV_STEPS_METRIC,
+    EPISODES_METRIC,
+    EVALUATION_RETURN_METRIC,
+    RETURN_METRIC,
+    lookup,
+)
+
 _ENDED = ("TERMINATED", "ERROR")
 
 
@@ -66,15 +60,6 @@ class EvaluationTime:
     @property
     def total_seconds(self) -> float:
         return self.earlier_seconds + self.seconds
-
-
-def lookup(result: dict, path: str, default: Any = None) -> Any:
-    """``result["a"]["b"]`` for ``"a/b"``; ``default`` when any part is missing."""
-    for key in path.split("/"):
-        if not isinstance(result, dict) or key not in result:
-            return default
-        result = result[key]
-    return result
 
 
 class IterationLines:
@@ -241,20 +226,3 @@ def _return(value) -> str:
 
 def _count(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:,.0f}"
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain aligned text table (Markdown-compatible)."""
-    cells = [[str(h) for h in headers]] + [[_cell(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return "-" if value is None else str(value)

@@ -76,7 +76,7 @@ def make_scheduler(name: str, settings: dict | None = None):
     from ray.tune.schedulers import SCHEDULER_IMPORT
 
     from rllib_gpuenv.experiments.checks import one_line
-    from rllib_gpuenv.experiments.progress import RETURN_METRIC
+    from rllib_gpuenv.experiments.metric_names import RETURN_METRIC
 
     settings = dict(settings or {})
     key = {"asha": "async_hyperband"}.get(name.lower(), name.lower())  # Tune's ASHAScheduler

@@ -39,7 +39,7 @@ import yaml
 from ray import tune
 
 from rllib_gpuenv.experiments.errors import ExperimentError
-from rllib_gpuenv.experiments.progress import ENV_STEPS_METRIC, RETURN_METRIC, format_table, lookup
+from rllib_gpuenv.experiments.metric_names import ENV_STEPS_METRIC, RETURN_METRIC, lookup
 from rllib_gpuenv.experiments.progress_csv import ProgressCSVCallback
 from rllib_gpuenv.experiments.resource_space import ResourceSpace
 from rllib_gpuenv.experiments.running import (
@@ -49,6 +49,7 @@ from rllib_gpuenv.experiments.running import (
     tune_progress_reporter_output,
 )
 from rllib_gpuenv.experiments.spec import Experiment
+from rllib_gpuenv.experiments.tables import format_table
 from rllib_gpuenv.experiments.tensorboard import TensorBoardCallback
 
 logger = logging.getLogger(__name__)

@@ -212,3 +212,36 @@ def test_the_training_races_help_names_every_contender_and_target():
     for name, task in TASKS.items():
         assert f"{name}: {' '.join(task.contenders)}" in helps["contenders"]
         assert f"{name}: {task.target:g}" in helps["target"]
+
+
+def test_help_and_a_mistaken_option_import_neither_ray_nor_rllib():
+    """``--help`` and argparse's one line come before Ray, Tune and RLlib load (1-3 s of imports,
+    twice that on a slow CPU): in a fresh interpreter, each command's help and an unknown option,
+    then what it imported."""
+    from tests.helpers import run_python
+
+    code = """
+import contextlib, io, sys
+from rllib_gpuenv.cli import main, rllib
+calls = [
+    (main, ['--help']), (main, ['train', '--help']), (main, ['evaluate', '--help']), (main, ['bench', '--help']),
+    *((main, ['bench', name, '--help']) for name in main.BENCHMARKS),
+    (main, ['train', '--no-such-option']),
+    (rllib, ['--help']), (rllib, ['train', '--help']), (rllib, ['evaluate', '--help']), (rllib, ['example', '--help']),
+    (rllib, ['train', '--no-such-option']),
+]
+for command, argv in calls:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            command.main(argv)
+        except SystemExit:
+            pass
+    loaded = [m for m in ('ray', 'ray.tune', 'ray.rllib') if m in sys.modules]
+    if loaded:
+        print(command.__name__, argv, 'imported', loaded)
+        break
+print('done')
+"""
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "done", out.stdout

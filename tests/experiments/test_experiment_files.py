@@ -39,6 +39,20 @@ def test_every_old_tuned_example_file_translates_to_a_config_rllib_accepts():
     assert found == expected
 
 
+def test_the_metric_paths_are_rllib_s_and_tune_s_own():
+    """``metric_names`` spells RLlib's names out (reading them needs no RLlib import): they must
+    stay what RLlib reports."""
+    from ray.rllib.utils import metrics
+
+    from rllib_gpuenv.experiments import metric_names
+
+    runners = metrics.ENV_RUNNER_RESULTS
+    assert metric_names.RETURN_METRIC == f"{runners}/{metrics.EPISODE_RETURN_MEAN}"
+    assert metric_names.EVALUATION_RETURN_METRIC == f"{metrics.EVALUATION_RESULTS}/{runners}/{metrics.EPISODE_RETURN_MEAN}"
+    assert metric_names.ENV_STEPS_METRIC == f"{runners}/{metrics.NUM_ENV_STEPS_SAMPLED_LIFETIME}"
+    assert metric_names.EPISODES_METRIC == f"{runners}/{metrics.NUM_EPISODES_LIFETIME}"
+
+
 def test_every_shipped_config_loads():
     for name in sorted(os.listdir(CONFIGS)):
         experiments = load_experiments(os.path.join(CONFIGS, name))

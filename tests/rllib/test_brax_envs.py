@@ -15,7 +15,7 @@ import torch
 
 from rllib_gpuenv.bench import training
 from rllib_gpuenv.experiments import ExperimentError, load_config
-from rllib_gpuenv.experiments.progress import RETURN_METRIC
+from rllib_gpuenv.experiments.metric_names import RETURN_METRIC
 from rllib_gpuenv.experiments.settings import build_config
 from rllib_gpuenv.experiments.shipped import config_file
 from rllib_gpuenv.jax_envs import make_jax_env
