@@ -5,7 +5,8 @@ Each module owns its command-line options (``add_arguments``) and its entry
 ``replot.py`` draws the plots again from recorded JSON.
 """
 
-# Command name -> (module, one-line help, aliases). The modules load when their command runs.
+# Command name -> (module, one-line help, aliases). The command line's parser imports every module for its
+# options, so a module imports Ray and RLlib only in the functions that run (tests/cli/test_options.py).
 BENCHMARKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "scaling": (
         "scaling",
