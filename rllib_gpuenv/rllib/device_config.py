@@ -65,6 +65,14 @@ class DeviceRolloutsConfig:
         self.learner_layout = "auto"
         self._default_train_batch_size = self.train_batch_size  # RLlib's old total batch, which no device algorithm reads
 
+    def training(self, *, train_batch_size=NotProvided, **kwargs):
+        """RLlib's ``training()``. A ``train_batch_size`` given is remembered whatever its value:
+        no device algorithm reads it, and ``validate`` says so, RLlib's default (32) too, which an
+        old DQN file often gives meaning its minibatch."""
+        if train_batch_size is not NotProvided:
+            self._train_batch_size_given = True
+        return super().training(train_batch_size=train_batch_size, **kwargs)
+
     def device_rollouts(
         self,
         *,
@@ -282,7 +290,7 @@ class DeviceRolloutsConfig:
                 "and leave rollout_fragment_length unset"
             )
         default = getattr(self, "_default_train_batch_size", None)
-        if default is not None and self.train_batch_size != default:
+        if default is not None and (self.train_batch_size != default or getattr(self, "_train_batch_size_given", False)):
             derivation = (
                 " (which it derives from rollout_length × num_envs_per_env_runner × runners / learners)"
                 if hasattr(self, "_derived_train_batch_size")

@@ -210,6 +210,8 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         ({"training_intensity": 0}, r"training_intensity is .*got 0"),
         ({"env": "GPUPendulum-v1"}, r"the env GPUPendulum-v1 has Box\(.*\) actions, but DeviceDQN needs Discrete ones"),
         ({"train_batch_size": 64}, r"train_batch_size=64 is RLlib's old total batch.*train_batch_size_per_learner; leave"),
+        # RLlib's default, which an old DQN file gives as its minibatch: not read either (was ignored silently)
+        ({"train_batch_size": 32}, r"train_batch_size=32 is RLlib's old total batch.*train_batch_size_per_learner; leave"),
         (
             {"replay_buffer_config": {"type": "EpisodeReplayBuffer"}},  # a new type: RLlib drops the rest of the dict
             r"replay_buffer_config has no 'capacity' \(RLlib's .* replaces the whole dict when its 'type' changes\): give "

@@ -27,7 +27,7 @@ dqn = (
     .environment("rllib_gpuenv:GPUCartPole-v1")
     .env_runners(num_env_runners=0, num_envs_per_env_runner=8)
     .device_rollouts(rollout_length=4)
-    .training(num_steps_sampled_before_learning_starts=32, train_batch_size=32)
+    .training(num_steps_sampled_before_learning_starts=32, train_batch_size_per_learner=32)
 )
 for name, config in (("ppo", ppo), ("dqn", dqn)):
     algo = config.build_algo()
