@@ -7,7 +7,10 @@ machine without a GPU ends in RLlib's bare ``AssertionError: local_gpu_idx 0 is 
 ID``. ``check_cluster_fits`` turns each of these into one error naming the settings and the fix.
 
 It counts what RLlib itself asks Ray for (the bundles of ``Algorithm.default_resource_request``,
-role by role) against the cluster's totals. The device algorithms call it (``ChecksResources``)
+role by role) against the cluster's totals, and, on a cluster of several nodes, places them on
+the nodes as Ray does: every actor runs on one node, and Ray places a Tune trial's actors (one
+placement group) greedily, so two nodes of 2 and 1 CPUs never get a trial of 1 + 3 × 0.66 CPUs,
+though the sum fits and another order would place it. The device algorithms call it (``ChecksResources``)
 when Tune computes a trial's resources and when an algorithm is built; ``rllib train`` before it
 starts Tune.
 """
@@ -112,15 +115,39 @@ def cluster_resources() -> dict[str, float]:
     return {"CPU": float(get_num_cpus()), "GPU": float(torch.cuda.device_count())}
 
 
-def check_cluster_fits(config, cluster: dict[str, float] | None = None, *, main_process_here: bool = False) -> None:
+def node_resources() -> list[dict[str, float]] | None:
+    """Each live node's CPUs and GPUs in the running Ray cluster; None where Ray is not running
+    (this machine alone, which the totals describe)."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    return [{r: float(node["Resources"].get(r, 0)) for r in RESOURCES} for node in ray.nodes() if node.get("Alive")]
+
+
+def check_cluster_fits(
+    config,
+    cluster: dict[str, float] | None = None,
+    *,
+    main_process_here: bool = False,
+    nodes: list[dict[str, float]] | None = None,
+) -> None:
     """Raise ``ResourceError`` when Ray could never grant what ``config`` asks for.
 
-    ``cluster``: total resources (default: the running Ray cluster's). ``main_process_here``:
-    see ``resource_demands``; it also checks that this process can hold a local learner's GPU.
+    ``cluster``: total resources (default: the running Ray cluster's). ``nodes``: each node's
+    (default: the running cluster's, when ``cluster`` is not given): every actor must fit on one.
+    ``main_process_here``: see ``resource_demands``; it also checks that this process can hold a
+    local learner's GPU.
     """
-    cluster = cluster_resources() if cluster is None else cluster
+    if cluster is None:
+        cluster = cluster_resources()
+        nodes = node_resources() if nodes is None else nodes
     demands = resource_demands(config, main_process_here=main_process_here)
     problems = [_shortage(resource, demands, float(cluster.get(resource, 0))) for resource in RESOURCES]
+    if not any(problems) and nodes and len(nodes) > 1:
+        # a Tune trial's actors are one placement group; build_algo() places them one by one
+        strategy = None if main_process_here else config.placement_strategy
+        problems.append(_placement_problem(demands, nodes, strategy))
     if main_process_here:
         problems.append(_local_learner_gpu_problem(config))
     else:  # a Tune trial reserves a placement-group bundle per actor
@@ -151,6 +178,138 @@ def _shortage(resource: str, demands: list[Demand], have: float) -> str | None:
         f"it asks Ray for {_fmt(need)} {resource}(s) but the cluster has {_fmt(have)}: {parts}. "
         f"Fix: {'; or '.join(f for f in fixes if f)}"
     )
+
+
+def _bundles(demands: list[Demand]) -> list[dict[str, float]]:
+    return [{r: d.per(r) for r in RESOURCES} for d in demands for _ in range(d.count)]
+
+
+def places(bundles: list[dict[str, float]], nodes: list[dict[str, float]], strategy: str | None = None) -> bool:
+    """Whether Ray can place every bundle (an actor's CPUs and GPUs), each on one node.
+
+    ``strategy``: a Tune trial's placement group's (RLlib's ``placement_strategy``). Ray places a
+    ``"PACK"`` group greedily (``ray_packs``): it can leave a group pending that another order
+    would place. ``"STRICT_PACK"``: all on one node. Otherwise (actors placed one by one, as
+    ``build_algo()`` does, or a spread group) any placement will do: an exact search."""
+    if strategy == "PACK":
+        return ray_packs(bundles, nodes)
+    if strategy == "STRICT_PACK":
+        return any(all(sum(b[r] for b in bundles) <= node.get(r, 0) + 1e-9 for r in RESOURCES) for node in nodes)
+    return _packs(bundles, nodes)
+
+
+def _largest_first(bundles: list[dict[str, float]]) -> list[tuple[float, ...]]:
+    """Ray's order for placing bundles: the most GPUs first, then the most CPUs."""
+    return sorted((tuple(b[r] for r in RESOURCES) for b in bundles), key=lambda b: b[::-1], reverse=True)
+
+
+def _fits(need: tuple[float, ...], room: tuple[float, ...]) -> bool:
+    return all(x <= y + 1e-9 for x, y in zip(need, room))
+
+
+def ray_packs(bundles: list[dict[str, float]], nodes: list[dict[str, float]]) -> bool:
+    """Ray's placement of a ``PACK`` group, as its scheduler does it (``BundlePackSchedulingPolicy``
+    with ``LeastResourceScorer``): the largest bundle left goes to the node it leaves the largest
+    share free on, that node takes every other bundle left that still fits it, in order, and is
+    then done with; until no bundle is left, or none fits a node left. Where two nodes score the
+    same, Ray may take either: placed if either way places."""
+    order = _largest_first(bundles)
+
+    def score(need, room) -> float:  # -1: it does not fit
+        if not _fits(need, room):
+            return -1.0
+        return sum((y - x) / y for x, y in zip(need, room) if x > 0 and y > 0)
+
+    def place(left: list[tuple[float, ...]], free: list[tuple[float, ...]]) -> bool:
+        if not left:
+            return True
+        scores = [score(left[0], room) for room in free]
+        best = max(scores, default=-1.0)
+        if best < 0:
+            return False
+        for n in {n for n, s in enumerate(scores) if abs(s - best) < 1e-12}:
+            room, rest = free[n], []
+            for need in left:
+                if _fits(need, room):
+                    room = tuple(y - x for x, y in zip(need, room))
+                else:
+                    rest.append(need)
+            if place(rest, free[:n] + free[n + 1 :]):
+                return True
+        return False
+
+    return place(order, [tuple(node.get(r, 0.0) for r in RESOURCES) for node in nodes])
+
+
+def _packs(bundles: list[dict[str, float]], nodes: list[dict[str, float]]) -> bool:
+    """Whether some placement of every bundle on the nodes exists: an exact search, the largest
+    bundles first (the few actors of an algorithm, many of them alike, make it quick)."""
+    order = _largest_first(bundles)
+    failed: set[tuple] = set()
+
+    def place(i: int, free: tuple[tuple[float, ...], ...]) -> bool:
+        if i == len(order):
+            return True
+        state = (i, tuple(sorted(free)))
+        if state in failed:
+            return False
+        for n, room in enumerate(free):
+            if room not in free[:n] and _fits(order[i], room):
+                left = tuple(y - x for x, y in zip(order[i], room))
+                if place(i + 1, free[:n] + (left,) + free[n + 1 :]):
+                    return True
+        failed.add(state)
+        return False
+
+    return place(0, tuple(tuple(node.get(r, 0.0) for r in RESOURCES) for node in nodes))
+
+
+def _placement_problem(demands: list[Demand], nodes: list[dict[str, float]], strategy: str | None) -> str | None:
+    """The cluster's totals hold what the roles ask for, but its nodes cannot: name each node's
+    resources, what every actor asks for, and changes that make the actors fit on the nodes."""
+    if places(_bundles(demands), nodes, strategy):
+        return None
+    used = [r for r in RESOURCES if any(d.total(r) for d in demands)]
+    have = ", ".join("(" + ", ".join(f"{_fmt(node.get(r, 0))} {r}" for r in used) + ")" for node in nodes)
+    asks = " + ".join(
+        f"the {d.role}: {d.count} × (" + ", ".join(f"{_fmt(d.per(r))} {r}" for r in used) + ")" for d in demands if d.count
+    )
+    fixes = [fix for d in demands for fix in _placement_fixes(d, demands, nodes, strategy)]
+    fixes.append("add a node, or more CPUs or GPUs to the nodes (ray start --num-cpus/--num-gpus)")
+    return (
+        f"its actors fit the cluster's totals, but Ray cannot place them on its {len(nodes)} nodes (each actor runs "
+        f"on one node; a trial's actors are placed largest first, a node filled at a time): the nodes have {have}; "
+        f"{asks}. Fix: {'; or '.join(fixes)}"
+    )
+
+
+def _placement_fixes(demand: Demand, demands: list[Demand], nodes: list[dict[str, float]], strategy: str | None) -> list[str]:
+    """Settings of ``demand``'s role with which every actor fits on the nodes: fewer actors (the
+    most that fit), or less of a resource per actor (the most that fits, in hundredths)."""
+
+    def fits(changed: Demand) -> bool:
+        return places(_bundles([changed if d is demand else d for d in demands]), nodes, strategy)
+
+    options = []
+    if demand.count_setting:
+        count = next((c for c in range(demand.count - 1, 0, -1) if fits(dataclasses.replace(demand, count=c))), 0)
+        if count:
+            options.append(f"{demand.count_setting}={count}")
+    for resource in RESOURCES:
+        setting, per = demand.settings.get(resource), demand.per(resource)
+        if not setting or per <= 0.01:
+            continue
+
+        def with_per(hundredths: int, resource: str = resource) -> Demand:
+            return dataclasses.replace(demand, per_actor={**demand.per_actor, resource: hundredths / 100})
+
+        low, high = 0, math.ceil(per * 100) - 1  # the most hundredths below `per` that fit, if any
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if fits(with_per(middle)) else (low, middle - 1)
+        if low > 0 and fits(with_per(low)):
+            options.append(f"{setting}={_fmt(low / 100)}")
+    return [" or ".join(f"set {o}" for o in options)] if options else []
 
 
 def _empty_bundle(demand: Demand) -> str | None:

@@ -124,3 +124,31 @@ def test_a_logical_gpu_does_not_hide_that_torch_has_none():
     check_cluster_fits(learner_on_gpu, cluster={"CPU": 2, "GPU": 1})  # a trial can be scheduled
     with pytest.raises(ResourceError, match=r"torch sees no CUDA GPU in this process"):
         check_cluster_fits(learner_on_gpu, cluster={"CPU": 2, "GPU": 1}, main_process_here=True)
+
+
+def test_actors_that_fit_the_totals_but_not_the_nodes_are_refused_with_fixes_that_place():
+    """A walkthrough's hang: 3 learners of 0.66 CPU beside the trial's 1 on nodes of 2 and 1 CPUs
+    (3 in all) passed the totals and stayed PENDING: Ray places a trial's bundles largest first,
+    a node at a time (1 + 0.66 on the first, 0.66 on the second, and no room for the last), though
+    the sum fits and another placement exists. Each fix named places, as build_algo()'s actors do."""
+    import re
+
+    nodes, totals = [{"CPU": 2.0, "GPU": 0.0}, {"CPU": 1.0, "GPU": 0.0}], {"CPU": 3.0, "GPU": 0.0}
+    learners = config().learners(num_learners=3, num_cpus_per_learner=0.66)
+    with pytest.raises(ResourceError) as refused:
+        check_cluster_fits(learners, totals, nodes=nodes)
+    message = str(refused.value)
+    assert "Ray cannot place them on its 2 nodes" in message and "the nodes have (2 CPU), (1 CPU)" in message
+    assert "the learners: 3 × (0.66 CPU)" in message
+    fixes = dict(re.findall(r"set (\w+)=([\d.]+)", message))
+    assert fixes == {"num_cpus_for_main_process": "0.68", "num_learners": "2", "num_cpus_per_learner": "0.5"}, message
+    for setting, value in fixes.items():
+        fixed = learners.copy(copy_frozen=False)
+        setattr(fixed, setting, float(value) if "." in value else int(value))
+        check_cluster_fits(fixed, totals, nodes=nodes)
+    check_cluster_fits(learners, totals, nodes=nodes, main_process_here=True)  # one by one, they find room
+    # a node too small for any learner is no fix: learners of 1.5 CPUs on nodes of 2 and 2
+    with pytest.raises(ResourceError, match=r"set num_learners=1 or set num_cpus_per_learner=1\b"):
+        check_cluster_fits(
+            config().learners(num_learners=2, num_cpus_per_learner=1.5), {"CPU": 4.0, "GPU": 0.0}, nodes=[nodes[0]] * 2
+        )
