@@ -38,14 +38,20 @@ EXTRAS = {
 
 def missing_extra(err: BaseException) -> str | None:
     """What to say when ``err`` is an optional dependency that is missing: the module and the
-    ``pip install`` of the extra that brings it (None for anything else)."""
+    ``pip install`` of the extra that brings it (None for anything else, whose traceback then
+    shows: a module of this package missing, or ``cannot import name`` from an installed
+    dependency of another version, is no missing extra)."""
     name = getattr(err, "name", None)
     named = re.search(r'pip install "rllib_gpuenv\[(\w+)\]"', str(err))
     if name and named:  # the error names the extra itself (a Brax env without jax needs brax's, not jax's)
         return f'{name} is not installed: pip install "rllib_gpuenv[{named.group(1)}]"'
-    text = f"{name or ''} {err}"
-    for module, extra in EXTRAS.items():
-        if re.search(rf"\b{module}\b", text):
+    if name:  # Python's own: the module it could not find
+        module = name.split(".")[0]
+        if isinstance(err, ModuleNotFoundError) and module in EXTRAS:
+            return f'{module} is not installed: pip install "rllib_gpuenv[{EXTRAS[module]}]"'
+        return None
+    for module, extra in EXTRAS.items():  # a library's own words (gymnasium's DependencyNotInstalled)
+        if re.search(rf"\b{module}\b", str(err)):
             return f'{module} is not installed: pip install "rllib_gpuenv[{extra}]"'
     return None
 

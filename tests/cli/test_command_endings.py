@@ -47,6 +47,31 @@ def test_a_missing_video_extra_is_one_line_naming_the_install(tmp_path):
     assert line == 'rllib-gpuenv: error: pygame is not installed: pip install "rllib_gpuenv[video]"', line
 
 
+@pytest.mark.parametrize(
+    "err, said",
+    [
+        (ModuleNotFoundError("No module named 'tensorboardX'", name="tensorboardX"), "tensorboardX is not installed"),
+        (ModuleNotFoundError("No module named 'jax.numpy'", name="jax.numpy"), "jax is not installed"),
+        # a walkthrough's: this package's own module (a job's working dir deleted under it) is no missing extra ...
+        (
+            ModuleNotFoundError(
+                "No module named 'rllib_gpuenv.experiments.tensorboard'", name="rllib_gpuenv.experiments.tensorboard"
+            ),
+            None,
+        ),
+        # ... nor is an installed jax of another version
+        (ImportError("cannot import name 'tree_map' from 'jax' (/site-packages/jax/__init__.py)", name="jax"), None),
+    ],
+)
+def test_only_an_optional_package_that_is_missing_is_a_missing_extra(err, said):
+    """Anything else keeps its traceback, which says what is wrong: before, any import error that
+    mentioned an optional package's name was reported as that package not installed."""
+    from rllib_gpuenv.cli.errors import missing_extra
+
+    found = missing_extra(err)
+    assert found == said if said is None else found.startswith(said), found
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_saves_the_main_job_and_resume_goes_on(tmp_path, stop_signal):
     """Ctrl-C, or SIGTERM as `ray job stop` sends, stops the main job after its iteration and saves."""
