@@ -3,8 +3,8 @@
 jit-compiled on the runner's device and sharing its arrays with torch (``vector_env.py``).
 
 ``make_jax_env`` builds either from its id; ``check_jax_id`` checks an id before anything is
-built (the package must be installed and have the env). Nothing here imports JAX until an env
-is asked for.
+built (the package must be installed and have the env), ``check_jax_env_config`` its
+env_config. Nothing here imports JAX until an env is asked for.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import importlib
 
 import torch
 
-# prefix -> (module here, its check and its constructor)
+# prefix -> (module here, its id's check, its constructor, its env_config's check)
 FAMILIES = {
-    "gymnax:": ("gymnax_envs", "check_gymnax_id", "make_gymnax_env"),
-    "brax:": ("brax_envs", "check_brax_id", "make_brax_env"),
+    "gymnax:": ("gymnax_envs", "check_gymnax_id", "make_gymnax_env", "check_gymnax_config"),
+    "brax:": ("brax_envs", "check_brax_id", "make_brax_env", "check_brax_config"),
 }
 
 
@@ -35,9 +35,15 @@ def check_jax_id(env_spec: str) -> str:
     return _family(env_spec, 1)(env_spec)
 
 
+def check_jax_env_config(env_spec: str, env_config: dict) -> None:
+    """``env_config``'s names and values for the JAX env ``env_spec``, else a one-line error:
+    before Ray starts, not in each runner."""
+    _family(env_spec, 3)(env_spec, env_config)
+
+
 def make_jax_env(env_spec: str, num_envs: int, device: torch.device, env_config: dict):
     """``num_envs`` of the JAX env ``env_spec`` on ``device`` (a ``JaxVectorEnv``)."""
     return _family(env_spec, 2)(env_spec, num_envs, device, env_config)
 
 
-__all__ = ["FAMILIES", "check_jax_id", "is_jax_id", "make_jax_env"]
+__all__ = ["FAMILIES", "check_jax_env_config", "check_jax_id", "is_jax_id", "make_jax_env"]

@@ -80,23 +80,34 @@ def constructor_arguments(cls) -> list[str]:
     return [n for n in dict.fromkeys(names) if n not in ("self", "sys")]
 
 
+def check_brax_config(env_spec: str, env_config: dict) -> None:
+    """``env_config``'s names are ``episode_length`` (at least 1) and arguments of the env's
+    constructor, else a one-line error listing them. Cheap: nothing is built."""
+    name = check_brax_id(env_spec)
+    env_config = dict(env_config)
+    episode_length = int(env_config.pop("episode_length", EPISODE_LENGTH))
+    if episode_length < 1:
+        raise ValueError(f"{env_spec!r}: env_config episode_length must be at least 1, not {episode_length}")
+    cls = import_brax_envs()._envs[name]
+    arguments = constructor_arguments(cls)
+    unknown = sorted(set(env_config) - set(arguments))
+    if unknown:
+        close = {c for k in unknown for c in difflib.get_close_matches(k, ["episode_length", *arguments], n=1)}
+        hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+        raise ValueError(
+            f"{env_spec!r}: env_config {', '.join(map(repr, unknown))}{hint} is neither episode_length nor an argument "
+            f"of {cls.__name__}() ({', '.join(arguments) or 'none'})"
+        )
+
+
 def make_brax_env(env_spec: str, num_envs: int, device: torch.device, env_config: dict) -> BraxVectorEnv:
     """``num_envs`` of Brax's env ``"brax:<name>"`` on ``device``; ``env_config`` sets
     ``episode_length`` and arguments of the env's constructor (any other name is an error that
     lists them)."""
     name = check_brax_id(env_spec)
+    check_brax_config(env_spec, env_config)
     env_config = dict(env_config)
     episode_length = int(env_config.pop("episode_length", EPISODE_LENGTH))
-    if episode_length < 1:
-        raise ValueError(f"{env_spec!r}: episode_length must be at least 1, not {episode_length}")
-    cls = import_brax_envs()._envs[name]
-    arguments = constructor_arguments(cls)
-    unknown = sorted(set(env_config) - set(arguments))
-    if unknown:
-        raise ValueError(
-            f"{env_spec!r}: env_config {', '.join(map(repr, unknown))} is neither episode_length nor an argument of "
-            f"{cls.__name__}() ({', '.join(arguments) or 'none'})"
-        )
     try:
         env = _make(name, tuple(sorted(env_config.items())))
     except TypeError:  # an argument that cannot be a cache key: made, and compiled, afresh

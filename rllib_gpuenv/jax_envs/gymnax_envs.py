@@ -49,26 +49,23 @@ def check_gymnax_id(env_spec: str) -> str:
     return name
 
 
-def make_gymnax_env(env_spec: str, num_envs: int, device: torch.device, env_config: dict) -> GymnaxVectorEnv:
-    """``num_envs`` of gymnax's env ``"gymnax:<id>"`` on ``device``; ``env_config`` sets fields of
-    its params or arguments of its constructor (any other name is an error that lists both)."""
+def check_gymnax_config(env_spec: str, env_config: dict) -> tuple[list[str], list[str]]:
+    """The fields of the env's params and the arguments of its constructor, once ``env_config``'s
+    names are among them and its values are numbers where gymnax's are (else int() fails in the
+    env, naming nothing); else a one-line error listing both. Cheap: no compilation."""
     name = check_gymnax_id(env_spec)
     env, params = _make(name)
     fields = [f.name for f in dataclasses.fields(params)]
     arguments = [a for a in inspect.signature(type(env)).parameters if a not in ("self", "args", "kwargs")]
     unknown = sorted(set(env_config) - set(fields) - set(arguments))
     if unknown:
+        close = {c for k in unknown for c in difflib.get_close_matches(k, fields + arguments, n=1)}
+        hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
         raise ValueError(
-            f"{env_spec!r}: env_config {', '.join(map(repr, unknown))} is neither a field of gymnax's params for it "
-            f"({', '.join(fields)}) nor an argument of {type(env).__name__}() ({', '.join(arguments) or 'none'})"
+            f"{env_spec!r}: env_config {', '.join(map(repr, unknown))}{hint} is neither a field of gymnax's params for "
+            f"it ({', '.join(fields)}) nor an argument of {type(env).__name__}() ({', '.join(arguments) or 'none'})"
         )
-    constructor = tuple(sorted((k, v) for k, v in env_config.items() if k in arguments))
-    if constructor:
-        try:
-            env, params = _make(name, constructor)
-        except TypeError:  # an argument that cannot be a cache key (an array): made, and compiled, afresh
-            env, params = import_gymnax().make(name, **dict(constructor))
-    for key in (k for k in env_config if k in fields):  # a number where gymnax has one (else int() fails, nameless)
+    for key in (k for k in env_config if k in fields):
         default, value = getattr(params, key), env_config[key]
         same_kind = isinstance(value, (int, float)) and isinstance(value, bool) == isinstance(default, bool)
         if isinstance(default, (int, float)) and not same_kind:
@@ -77,6 +74,21 @@ def make_gymnax_env(env_spec: str, num_envs: int, device: torch.device, env_conf
                 f"{env_spec!r}: env_config {key}={value!r}: gymnax's params for it take {kind} there "
                 f"({type(default).__name__}, default {default!r})"
             )
+    return fields, arguments
+
+
+def make_gymnax_env(env_spec: str, num_envs: int, device: torch.device, env_config: dict) -> GymnaxVectorEnv:
+    """``num_envs`` of gymnax's env ``"gymnax:<id>"`` on ``device``; ``env_config`` sets fields of
+    its params or arguments of its constructor (``check_gymnax_config``)."""
+    name = check_gymnax_id(env_spec)
+    fields, arguments = check_gymnax_config(env_spec, env_config)
+    env, params = _make(name)
+    constructor = tuple(sorted((k, v) for k, v in env_config.items() if k in arguments))
+    if constructor:
+        try:
+            env, params = _make(name, constructor)
+        except TypeError:  # an argument that cannot be a cache key (an array): made, and compiled, afresh
+            env, params = import_gymnax().make(name, **dict(constructor))
     params = params.replace(**{k: v for k, v in env_config.items() if k in fields})
     return GymnaxVectorEnv(env, num_envs, device, params)
 

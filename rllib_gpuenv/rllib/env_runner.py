@@ -166,6 +166,10 @@ def as_the_module_sees_it(env: gym.vector.VectorEnv, config) -> gym.vector.Vecto
     return env
 
 
+# What the runner sets itself on the envs it makes: no env's parameters.
+RUNNER_KEYS = ("num_envs", "device", "output", "episode_statistics")
+
+
 def make_device_env(
     env_spec,
     num_envs: int,
@@ -191,9 +195,7 @@ def make_device_env(
       the device, sharing its arrays with torch (``jax_envs/``); ``env_config`` sets its params.
     * Any other gymnasium id is vectorised by gymnasium (``sync``) and wrapped in ``DeviceEnv``.
     """
-    env_config = {
-        k: v for k, v in dict(env_config or {}).items() if k not in ("num_envs", "device", "output", "episode_statistics")
-    }
+    env_config = {k: v for k, v in dict(env_config or {}).items() if k not in RUNNER_KEYS}
     if is_jax_id(env_spec):
         env = make_jax_env(env_spec, num_envs, device, env_config)
         env.validate_actions = False  # the policy's actions: no read-back of their values each step

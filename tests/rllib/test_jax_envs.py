@@ -185,7 +185,8 @@ def test_seeds_params_and_state():
             "gymnax:CartPole-v1",
             {"gravty": 1.0},
             ValueError,
-            r"^'gymnax:CartPole-v1': env_config 'gravty' is neither a field of gymnax's params for it \(.*gravity.*\) "
+            r"^'gymnax:CartPole-v1': env_config 'gravty' \(did you mean gravity\?\) is neither a field of gymnax's params "
+            r"for it \(.*gravity.*\) "
             r"nor an argument of CartPole\(\) \(none\)$",
         ),
         (
@@ -208,12 +209,17 @@ def test_seeds_params_and_state():
     ],
 )
 def test_a_wrong_id_param_or_observation_fails_in_one_line(env_spec, env_config, error, message):
+    """And before Ray starts: an id when the config is validated, an env_config when an experiment
+    is read (it was named by each runner, in a trial's traceback)."""
     with pytest.raises(error, match=message) as caught:
         make_jax_env(env_spec, N, CPU, env_config)
     assert "\n" not in str(caught.value)
     if not env_config:
         with pytest.raises(error, match=message):
             DevicePPOConfig().environment(env_spec).validate()  # before anything is built
+    elif error is ValueError:
+        with pytest.raises(ExperimentError, match=r"^<test>: env_config: .*" + message.removeprefix("^")):
+            build_config("DevicePPO", env_spec, {"env_config": env_config}, "<test>")
 
 
 @pytest.mark.parametrize(
