@@ -75,9 +75,10 @@ def cpu_share(config) -> int:
 class ColocatedEnvs:
     """Mixin for a torch ``Learner`` of the device algorithms: its own envs, for the colocated layout.
 
-    The envs are built on first use, on the learner's device, seeded as env runner
-    ``learner index + 1`` (so that no two learners, nor the driver's runner, play the same
-    episodes).
+    The envs are built with the learner, as an env runner builds its own (a JAX env compiles
+    then, not in the first iteration: 22 s of a walkthrough's Brax run), on the learner's
+    device, seeded as env runner ``learner index + 1`` (so that no two learners, nor the
+    driver's runner, play the same episodes).
 
     A remote learner works with as many threads as Ray gave it CPUs (``use_cpu_share``): torch
     would start one per core in every learner, and learners sharing cores then fight over them
@@ -85,6 +86,11 @@ class ColocatedEnvs:
     """
 
     _envs: LearnerEnvRunner | None = None
+
+    def build(self) -> None:
+        super().build()
+        if self.config.colocated_learners:
+            self.colocated_envs()
 
     def use_cpu_share(self) -> None:
         """torch's threads for this call (its setting is per calling thread) to the learner's CPU share."""

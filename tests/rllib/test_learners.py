@@ -90,6 +90,8 @@ def test_colocated_ppo_learners_train_evaluate_resume_exactly_and_name_a_dead_on
     assert config.use_kl_loss  # RLlib's default: the adaptive KL coefficient is learner state
     algo = config.build_algo()
     try:
+        # the learners' envs are built with them, as a runner's are (a JAX env compiles then, not in the first iteration)
+        assert algo.call_learners(lambda learner: learner._envs is not None) == [True, True]
         untrained, _ = algo.call_learners(_weights)
         results = [algo.train() for _ in range(2)]
         path = algo.save(str(tmp_path / "checkpoint")).checkpoint.path
