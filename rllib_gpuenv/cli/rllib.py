@@ -329,7 +329,7 @@ def _restoring_from(checkpoint: str | None, experiments: list, source: str) -> l
 
     for experiment in experiments if checkpoint is not None else ():
         where = experiment_where(source, experiment.name)
-        experiment.restore = check_restore(checkpoint, experiment.config, where, key="--restore")
+        experiment.restore = check_restore(checkpoint, experiment.config, where, key="--restore", stop=experiment.stop)
     return experiments
 
 

@@ -29,12 +29,12 @@ from rllib_gpuenv.experiments.errors import key_error
 logger = logging.getLogger(__name__)
 
 
-def check_restore(path, config, where: str, base_dir: str = ".", key: str = "restore") -> str:
+def check_restore(path, config, where: str, base_dir: str = ".", key: str = "restore", stop: dict | None = None) -> str:
     """The checkpoint ``path`` (relative to ``base_dir``) as an absolute path, after checking that
     its files can be read and that it fits ``config`` (an AlgorithmConfig): the same algorithm,
-    env and networks (``network_settings``: its weights fit no others); else an
-    ``ExperimentError`` naming ``key``."""
-    from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_files, saved_config
+    env and networks (``network_settings``: its weights fit no others), and that the experiment's
+    ``stop`` leaves it iterations to train; else an ``ExperimentError`` naming ``key``."""
+    from rllib_gpuenv.rllib.checkpointing import CheckpointError, check_checkpoint_files, saved_config, saved_iteration
 
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise key_error(where, key, f"expected the path of an algorithm checkpoint, got {path!r}")
@@ -77,6 +77,16 @@ def check_restore(path, config, where: str, base_dir: str = ".", key: str = "res
             f"{path} holds networks built with {', '.join(f'{n}={saved_networks[n]!r}' for n in differ)}, but the "
             f"experiment builds {', '.join(f'{n}={networks[n]!r}' for n in differ)}: set them in its model_config as "
             "the checkpoint has them",
+        )
+    limit, done = (stop or {}).get("training_iteration"), saved_iteration(path)
+    if isinstance(limit, (int, float)) and done is not None and done >= limit:
+        # Tune checks the stop criteria after each result: the trial would train one iteration and stop
+        raise key_error(
+            where,
+            key,
+            f"{path} is at training_iteration {done}, and the experiment stops at training_iteration {limit}: a trial "
+            f"started from it counts on from {done}, so it has nothing to train; raise the stop's training_iteration, "
+            f"e.g. --stop '{{\"training_iteration\": {done + int(limit)}}}' for {int(limit)} more",
         )
     return path
 

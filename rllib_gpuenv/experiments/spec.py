@@ -181,7 +181,7 @@ def experiment_from_spec(
         checkpoint_config=run_settings["checkpoint_config"],
         failure_config=run_settings["failure_config"],
         storage_path=storage_location(storage, base_dir) if storage else None,
-        restore=None if restore is None else check_restore(restore, config, where, base_dir=base_dir),
+        restore=None if restore is None else check_restore(restore, config, where, base_dir=base_dir, stop=stop),
         resource_search=None
         if search is None
         else dataclasses.asdict(ResourceSpace.from_dict(search, f"{where}: resource_search")),

@@ -182,6 +182,20 @@ def saved_config(path):
     return ctor["class"].get_default_config().update_from_dict(config) if isinstance(config, dict) else config
 
 
+def saved_iteration(path) -> int | None:
+    """The training iteration an algorithm checkpoint was saved at (its algorithm's own state
+    file), or None where it cannot be read."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    file = Path(path).expanduser() / f"{Algorithm.STATE_FILE_NAME}.pkl"
+    try:
+        with open(file, "rb") as f:
+            iteration = pickle.load(f).get("training_iteration")
+    except Exception:  # noqa: BLE001 (another format, a damaged file: the restore names what it finds)
+        return None
+    return iteration if isinstance(iteration, int) else None
+
+
 def random_generator_states() -> dict:
     """This process's global random generators: torch (CPU and every GPU), numpy, Python."""
     return {

@@ -116,3 +116,10 @@ def test_a_trial_goes_on_from_a_checkpoint_named_in_its_file(tmp_path):
     result = json.loads(open(result_file).readline())
     own_rate = result["env_runners"]["num_env_steps_sampled"] / result["time_this_iter_s"]
     assert abs(int(first_row[4].replace(",", "")) - own_rate) <= 1, (first_row, own_rate)
+    # a stop the checkpoint has reached is named before Ray starts: its trial trained one iteration and stopped
+    reached = rllib(
+        "train", "file", str(restoring_file), "--stop", '{"training_iteration": 3}', "--storage-path", str(tmp_path / "3")
+    )
+    assert reached.returncode == 2 and not (tmp_path / "3").exists(), reached.stderr[-3000:]
+    assert "checkpoint_000000 is at training_iteration 3, and the experiment stops at training_iteration 3" in reached.stderr
+    assert """e.g. --stop '{"training_iteration": 6}' for 3 more""" in reached.stderr
