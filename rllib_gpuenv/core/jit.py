@@ -137,6 +137,25 @@ def _global_names(code: types.CodeType) -> set[str]:
     return {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
 
 
+def module_attributes(fn: Callable) -> list[tuple[str, types.ModuleType, str]]:
+    """``(name, module, attribute)`` for each attribute ``fn`` reads of a module it names by a
+    global name: ``np.sin`` is ``("np", numpy, "sin")`` (``ops.clip`` beside it is ops' only)."""
+    found = []
+
+    def scan(code: types.CodeType) -> None:
+        instructions = list(dis.get_instructions(code))
+        for load, then in zip(instructions, instructions[1:]):
+            module = fn.__globals__.get(load.argval) if load.opname in ("LOAD_GLOBAL", "LOAD_NAME") else None
+            if isinstance(module, types.ModuleType) and then.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                found.append((load.argval, module, then.argval))
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                scan(const)
+
+    scan(fn.__code__)
+    return sorted(set(found), key=lambda f: (f[0], f[2]))
+
+
 def global_functions(fn: Callable) -> dict[str, types.FunctionType]:
     """The Python functions ``fn`` reads by global name: what numba compiles along with it."""
     found = {name: fn.__globals__.get(name) for name in _global_names(fn.__code__)}
@@ -215,11 +234,33 @@ def _rebind(fn: F, value: Callable[[Any], Any], const: Callable[[Any], Any] = la
     if name is not None:
         code = code.replace(co_name=name, **({"co_qualname": name} if hasattr(code, "co_qualname") else {}))
     names = _global_names(code)
-    fn_globals = {**fn.__globals__, **{k: value(v) for k, v in fn.__globals__.items() if k in names}}
-    closure = fn.__closure__ and tuple(types.CellType(value(c.cell_contents)) for c in fn.__closure__)
+    attributes = _names_read(code, ("LOAD_ATTR", "LOAD_METHOD"))
+
+    def passed(v):
+        return _module_view(v, attributes, value) if isinstance(v, types.ModuleType) else value(v)
+
+    fn_globals = {**fn.__globals__, **{k: passed(v) for k, v in fn.__globals__.items() if k in names}}
+    closure = fn.__closure__ and tuple(types.CellType(passed(c.cell_contents)) for c in fn.__closure__)
     copy = types.FunctionType(code, fn_globals, name or fn.__name__, fn.__defaults__, closure)
     copy.__qualname__, copy.__module__ = name or fn.__qualname__, fn.__module__
     return copy
+
+
+def _module_view(module: types.ModuleType, names: set[str], value: Callable[[Any], Any]) -> types.ModuleType:
+    """``module`` as a kernel reads it: where a function reads jitable functions from it by
+    attribute (``ops.clip``, as the README's env does), a stand-in module whose those attributes
+    pass through ``value`` (their CUDA or float32 versions), as ``clip`` imported by name does;
+    else the module itself. Without it a CUDA kernel called the torch body (numba-cuda cannot)."""
+    changed = {}
+    for name in names:
+        attribute = getattr(module, name, None)
+        if is_jitable(attribute) and value(attribute) is not attribute:
+            changed[name] = value(attribute)
+    if not changed:
+        return module
+    view = types.ModuleType(module.__name__, module.__doc__)
+    view.__dict__.update({k: v for k, v in vars(module).items() if k not in ("__name__", "__doc__")}, **changed)
+    return view
 
 
 def bind(fn: F, name: str | None = None, **globals_: Any) -> F:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllib_gpuenv.core.jit import global_functions, is_jitable
+from rllib_gpuenv.core.jit import global_functions, is_jitable, module_attributes
 from rllib_gpuenv.core.ops import tensor_float
 from rllib_gpuenv.envs.vector_env import GPUVectorEnv
 
@@ -121,11 +121,32 @@ def _check_per_env(env_id: str, values: dict[str, Any], numbers_too: bool = Fals
             raise TypeError(f"{env_id}: {name} is {kind}, not one number per env: write it from the state's numbers")
 
 
+def _library_calls(function) -> list[str]:
+    """The numpy and torch functions ``function`` reads from a module it names (``np.sin``):
+    numpy turns the torch backend's tensors into arrays (or fails on a GPU's), torch has no place
+    in a numba kernel, and numba-cuda compiles none of numpy's ufuncs (``np.abs``: a bare
+    ``KeyError`` once the kernel compiles, on a GPU only). Types (``np.float32``) are casts."""
+    return [
+        f"{name}.{attribute}"
+        for name, module, attribute in module_attributes(function)
+        if module.__name__.split(".")[0] in ("numpy", "torch")
+        and callable(getattr(module, attribute))
+        and not isinstance(getattr(module, attribute), type)
+    ]
+
+
 def _check_called_functions(env_id: str, function, seen: set | None = None) -> None:
     """Every Python function that ``function`` calls by a global name (and those call, in turn)
     is marked @jitable: numba compiles the whole step into the kernels, and an unmarked helper
-    would fail there, in numba's words, only on a numba backend."""
+    would fail there, in numba's words, only on a numba backend. None calls numpy or torch."""
     seen = set() if seen is None else seen
+    calls = _library_calls(function)
+    if calls:
+        raise TypeError(
+            f"{env_id}: {function.__name__} calls {', '.join(calls)}, which run on one backend only (numpy turns "
+            "tensors into arrays, torch has no place in a kernel, numba-cuda compiles no numpy ufunc): use ops' "
+            "functions (ops.sin, ops.cos, ops.square, ops.clip, ops.select, ...), abs(), and ** for powers"
+        )
     for name, called in global_functions(function).items():
         if called in seen or (called.__module__ or "").startswith(f"{PACKAGE}."):  # the package's own (ops) are jitable
             continue

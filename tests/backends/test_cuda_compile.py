@@ -11,6 +11,8 @@ numba-cuda asks the current GPU for its compute capability when it compiles a de
 where there is no GPU these tests answer sm_90 for it. Nothing else is stood in for.
 """
 
+import importlib.util
+import os
 import re
 import types
 
@@ -22,6 +24,7 @@ from rllib_gpuenv import make_vector_env
 from rllib_gpuenv.core.buffers import StepOutputs
 from rllib_gpuenv.core.step import KernelArguments
 from rllib_gpuenv.envs import SHIPPED_DEFS
+from tests.helpers import ROOT
 
 pytest.importorskip("numba_cuda", reason="numba-cuda (the CUDA target) is not installed")
 from numba import cuda  # noqa: E402  (numba-cuda's, after the check above)
@@ -29,6 +32,16 @@ from numba.cuda import dispatcher  # noqa: E402
 
 from rllib_gpuenv.backends.numba_cuda import kernel_source  # noqa: E402
 from rllib_gpuenv.core.jit import cuda_device_functions  # noqa: E402
+
+# The README's own env (examples/write_your_own_env.py), written as it teaches: ``ops.clip`` and
+# ``ops.select`` read from the module, where the shipped envs import each function by name. Its
+# CUDA kernel called the torch bodies (numba-cuda cannot compile them) until module attributes
+# were bound too (``core/jit.py``'s ``_module_view``).
+_example = importlib.util.spec_from_file_location(
+    "write_your_own_env", os.path.join(ROOT, "examples", "write_your_own_env.py")
+)
+_example.loader.exec_module(importlib.util.module_from_spec(_example))  # registers Reach1D-v0
+ENVS = [*SHIPPED_DEFS, "Reach1D-v0"]
 
 CC = (9, 0)
 F64_ARITHMETIC = re.compile(r"^\s*(add|sub|mul|div|fma|neg|abs|min|max|sqrt|rcp)\.\S*f64\b", re.M)
@@ -79,13 +92,13 @@ def step_kernel_ptx(compile_ptx, env_id: str, dtype: str) -> str:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("env_id", list(SHIPPED_DEFS))
+@pytest.mark.parametrize("env_id", ENVS)
 def test_step_kernel_compiles_for_the_gpu(compile_ptx, env_id, dtype):
     ptx = step_kernel_ptx(compile_ptx, env_id, dtype)
     assert ".entry" in ptx and "st.global" in ptx  # a kernel that writes its results
 
 
-@pytest.mark.parametrize("env_id", list(SHIPPED_DEFS))
+@pytest.mark.parametrize("env_id", ENVS)
 def test_float32_steps_compile_to_float32_gpu_arithmetic(compile_ptx, env_id):
     """No float64 arithmetic in a float32 env's step (full rate on every GPU).
 

@@ -6,10 +6,14 @@ it compiles for a GPU, and on a machine with one, tests/test_gpu.py runs it for 
 """
 
 import json
+import os
 
 import pytest
 
-from tests.helpers import run_python
+from tests.helpers import ROOT, run_python
+
+# The README's own env, written as it teaches (``ops.clip``, ``ops.select``: read from the module)
+EXAMPLE = os.path.join(ROOT, "examples", "write_your_own_env.py")
 
 SIM = {"NUMBA_ENABLE_CUDASIM": "1"}
 
@@ -18,9 +22,12 @@ SIM = {"NUMBA_ENABLE_CUDASIM": "1"}
 def test_cuda_kernel_matches_torch_backend_under_simulator(dtype, steps, tolerance):
     code = f"""
 import json, torch
+import importlib.util
 from rllib_gpuenv import ENV_DEFS, make_vector_env
+example = importlib.util.spec_from_file_location("write_your_own_env", {EXAMPLE!r})
+example.loader.exec_module(importlib.util.module_from_spec(example))  # registers Reach1D-v0
 result = {{}}
-for env_id in ENV_DEFS:
+for env_id in [*ENV_DEFS, "Reach1D-v0"]:
     out = {{}}
     for backend, options in (("numba-cuda", {{"threads_per_block": 16}}), ("torch", {{}})):
         options.update(device="cpu", dtype="{dtype}", max_episode_steps=6, episode_statistics=True)
@@ -41,7 +48,7 @@ print(json.dumps(result))
     proc = run_python(code, env=SIM)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 5
+    assert len(results) == 6
     for env_id, result in results.items():
         assert result["backend"] == "numba-cuda", env_id
         assert result["max_state_diff"] < tolerance, (env_id, result)

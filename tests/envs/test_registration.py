@@ -205,6 +205,12 @@ def _reach1d_source() -> str:
             "distance = math.fabs(target - position)",
             r"only one element tensors .*: math.\* \(or float\(\), int\(\)\) on the state: use ops' functions",
         ),
+        (  # passed the check, ran on torch and numba-cpu, and failed only when compiled for a GPU (a bare KeyError)
+            "numpy",
+            "distance = abs(target - position)",
+            "distance = np.abs(target - position)",
+            r"step calls np.abs, which run on one backend only .*: use ops' functions",
+        ),
         ("jitable", "@jitable\ndef step", "def step", r"step must be marked @jitable"),
         (
             "helper",
@@ -263,7 +269,11 @@ def test_mistakes_in_writing_an_env_are_named_where_it_is_registered(mistake, ol
     source = _reach1d_source()
     assert old in source
     helper = "def farther(x):  # a helper without @jitable\n    return x\n\n\n"
-    broken = "import math\n" + helper + source.replace(old, new).replace("Reach1D-v0", f"Reach1DMistake{mistake}-v0")
+    broken = (
+        "import math\nimport numpy as np\n"
+        + helper
+        + source.replace(old, new).replace("Reach1D-v0", f"Reach1DMistake{mistake}-v0")
+    )
     with pytest.raises((TypeError, ValueError), match=message):
         exec(broken, {})  # noqa: S102 (the README's own code, changed)
     assert env_definition(f"Reach1DMistake{mistake}-v0") is None  # nothing registered
