@@ -44,6 +44,21 @@ def no_module_for_the_harness_frames(also: tuple[str, ...] = ()) -> None:
             inspect.modulesbyfile[filename] = "<no module>"  # sys.modules.get() of it: None
 
 
+# The README's own env, written as it teaches (``ops.clip``, ``ops.select``: read from the module,
+# where the shipped envs import each function by name).
+EXAMPLE_ENV_FILE = os.path.join(ROOT, "examples", "write_your_own_env.py")
+EXAMPLE_ENV_ID = "Reach1D-v0"
+
+
+def register_example_env() -> str:
+    """Import ``examples/write_your_own_env.py`` (it registers its env) and return the env's id."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("write_your_own_env", EXAMPLE_ENV_FILE)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    return EXAMPLE_ENV_ID
+
+
 def tiny_main_job_file(folder, rollout_length: int = 4, iterations: int = 3) -> str:
     """A main-job experiment file at a tiny size: 16 envs x ``rollout_length`` steps an iteration
     (CartPole episodes last at least 8 steps: at 4, the first iteration ends none)."""

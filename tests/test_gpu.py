@@ -15,7 +15,7 @@ import torch
 
 from rllib_gpuenv import ENV_DEFS, make_vector_env
 from rllib_gpuenv.envs import SHIPPED_DEFS
-from tests.helpers import run_python
+from tests.helpers import register_example_env, run_python
 from tests.update_paths import (
     CAPTURED,
     LEAN,
@@ -50,7 +50,7 @@ def rollout(backend: str, device: str, dtype: str, env_id: str = "GPUCartPole-v1
     return torch.stack(states), torch.stack(flags), torch.stack(lengths)
 
 
-@pytest.mark.parametrize("env_id", list(ENV_DEFS))
+@pytest.mark.parametrize("env_id", [*ENV_DEFS, register_example_env()])  # the README's own env too
 @pytest.mark.parametrize("backend", ["numba-cuda", "torch"])
 def test_gpu_backends_match_the_cpu_in_float64(backend, env_id):
     gpu, cpu = rollout(backend, "cuda", "float64", env_id), rollout("numba-cpu", "cpu", "float64", env_id)

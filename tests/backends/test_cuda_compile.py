@@ -11,8 +11,6 @@ numba-cuda asks the current GPU for its compute capability when it compiles a de
 where there is no GPU these tests answer sm_90 for it. Nothing else is stood in for.
 """
 
-import importlib.util
-import os
 import re
 import types
 
@@ -24,7 +22,7 @@ from rllib_gpuenv import make_vector_env
 from rllib_gpuenv.core.buffers import StepOutputs
 from rllib_gpuenv.core.step import KernelArguments
 from rllib_gpuenv.envs import SHIPPED_DEFS
-from tests.helpers import ROOT
+from tests.helpers import register_example_env
 
 pytest.importorskip("numba_cuda", reason="numba-cuda (the CUDA target) is not installed")
 from numba import cuda  # noqa: E402  (numba-cuda's, after the check above)
@@ -33,15 +31,9 @@ from numba.cuda import dispatcher  # noqa: E402
 from rllib_gpuenv.backends.numba_cuda import kernel_source  # noqa: E402
 from rllib_gpuenv.core.jit import cuda_device_functions  # noqa: E402
 
-# The README's own env (examples/write_your_own_env.py), written as it teaches: ``ops.clip`` and
-# ``ops.select`` read from the module, where the shipped envs import each function by name. Its
-# CUDA kernel called the torch bodies (numba-cuda cannot compile them) until module attributes
-# were bound too (``core/jit.py``'s ``_module_view``).
-_example = importlib.util.spec_from_file_location(
-    "write_your_own_env", os.path.join(ROOT, "examples", "write_your_own_env.py")
-)
-_example.loader.exec_module(importlib.util.module_from_spec(_example))  # registers Reach1D-v0
-ENVS = [*SHIPPED_DEFS, "Reach1D-v0"]
+# The README's own env: its CUDA kernel called the torch bodies of ops.clip and ops.select
+# (numba-cuda cannot compile them) until module attributes were bound too (``core/jit.py``).
+ENVS = [*SHIPPED_DEFS, register_example_env()]
 
 CC = (9, 0)
 F64_ARITHMETIC = re.compile(r"^\s*(add|sub|mul|div|fma|neg|abs|min|max|sqrt|rcp)\.\S*f64\b", re.M)

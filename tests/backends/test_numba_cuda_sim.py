@@ -6,14 +6,10 @@ it compiles for a GPU, and on a machine with one, tests/test_gpu.py runs it for 
 """
 
 import json
-import os
 
 import pytest
 
-from tests.helpers import ROOT, run_python
-
-# The README's own env, written as it teaches (``ops.clip``, ``ops.select``: read from the module)
-EXAMPLE = os.path.join(ROOT, "examples", "write_your_own_env.py")
+from tests.helpers import EXAMPLE_ENV_FILE, EXAMPLE_ENV_ID, run_python
 
 SIM = {"NUMBA_ENABLE_CUDASIM": "1"}
 
@@ -24,10 +20,10 @@ def test_cuda_kernel_matches_torch_backend_under_simulator(dtype, steps, toleran
 import json, torch
 import importlib.util
 from rllib_gpuenv import ENV_DEFS, make_vector_env
-example = importlib.util.spec_from_file_location("write_your_own_env", {EXAMPLE!r})
+example = importlib.util.spec_from_file_location("write_your_own_env", {EXAMPLE_ENV_FILE!r})
 example.loader.exec_module(importlib.util.module_from_spec(example))  # registers Reach1D-v0
 result = {{}}
-for env_id in [*ENV_DEFS, "Reach1D-v0"]:
+for env_id in [*ENV_DEFS, {EXAMPLE_ENV_ID!r}]:  # the README's own env too
     out = {{}}
     for backend, options in (("numba-cuda", {{"threads_per_block": 16}}), ("torch", {{}})):
         options.update(device="cpu", dtype="{dtype}", max_episode_steps=6, episode_statistics=True)
