@@ -12,6 +12,7 @@ imported just above it.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 from typing import Any
 
@@ -77,6 +78,12 @@ def make_vector_env(env: EnvDef | str, num_envs: int = 1, **kwargs: Any) -> GPUV
     """``num_envs`` copies of ``env`` (a registered id such as ``"GPUPendulum-v1"``, or an
     ``EnvDef``); ``kwargs`` are ``GPUVectorEnv``'s options and the env's parameters."""
     if isinstance(env, str):
+        module = env.split(":", 1)[0] if ":" in env else None
+        if env_definition(env) is None and module:  # "your_module:Env-v0": importing it registers it, as in gymnasium
+            try:
+                importlib.import_module(module)
+            except ImportError as err:
+                raise ValueError(f"{env!r}: cannot import {module!r} ({err}), the module that registers it") from None
         definition = env_definition(env)
         if definition is None:
             raise ValueError(

@@ -33,7 +33,9 @@ HINTS = (
     (
         "values to unpack",
         "step(state, action, p) returns (state, reward, terminated), the state with one number per state_names "
-        "(then the array, for an env with one), and observe(state, p) one number per observation (obs_size)",
+        "(then the array, for an env with one), and observe(state, p) one number per observation (obs_size); "
+        "the action is one number per env for Discrete actions (not a tuple: no `(a,) = action`), a tuple of k "
+        "numbers for a Box of shape (k,)",
     ),
 )
 

@@ -211,6 +211,12 @@ def _reach1d_source() -> str:
             "distance = np.abs(target - position)",
             r"step calls np.abs, which run on one backend only .*: use ops' functions",
         ),
+        (  # the hint spoke only of what step returns
+            "action_unpacked",
+            "    force = (ops.to_float(action) - 1.0)",
+            "    (action,) = action\n    force = (ops.to_float(action) - 1.0)",
+            r"too many values to unpack .*: .*the action is one number per env for Discrete actions \(not a tuple",
+        ),
         ("jitable", "@jitable\ndef step", "def step", r"step must be marked @jitable"),
         (
             "helper",
@@ -290,3 +296,22 @@ def test_each_shipped_definition_passes_the_check_a_users_definition_gets(env_id
     env = make_vector_env(copy_id, 2, backend="torch")
     env.reset(seed=0)
     env.step(env.action_space.sample())
+
+
+def test_make_vector_env_imports_the_module_an_id_names(tmp_path):
+    """``make_vector_env("your_module:Env-v0")`` in a process that has not imported the module
+    imports it (it registers its env), as gymnasium, RLlib and ``rllib train`` do with the id; a
+    module that is not there is named."""
+    (tmp_path / "reach_module.py").write_text(_reach1d_source().replace("Reach1D-v0", "ReachModule-v0"))
+    code = (
+        "from rllib_gpuenv import make_vector_env\n"
+        "env = make_vector_env('reach_module:ReachModule-v0', 4, backend='torch')\n"
+        "print(env.definition.id, env.num_envs)\n"
+        "try:\n    make_vector_env('no_such_module:Nothing-v0', 4)\n"
+        "except ValueError as err:\n    print(err)\n"
+    )
+    out = run_python(code, env={"PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    made, missing = out.stdout.strip().splitlines()
+    assert made == "ReachModule-v0 4"
+    assert missing.startswith("'no_such_module:Nothing-v0': cannot import 'no_such_module' (No module named"), missing
