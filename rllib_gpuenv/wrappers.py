@@ -43,9 +43,11 @@ class DeviceEnv(VectorWrapper):
         super().__init__(env if same_step or _has_episode_statistics(env) else RecordEpisodeStatistics(env))
         self.episode_statistics = not same_step  # in ``infos["episode"]``, as this package's envs keep them
         self.device = resolve_device(device)
-        self._structured = env.single_observation_space if isinstance(env.single_observation_space, (Tuple, Dict)) else None
-        if self._structured is not None:
-            flat = gym.spaces.flatten_space(self._structured)
+        space = env.single_observation_space
+        self._structured = space if isinstance(space, (Tuple, Dict)) else None
+        if self._structured is not None or (isinstance(space, Box) and space.dtype != np.float32):
+            # the observations come as float32 tensors: the space says so (a float64 Box said float64)
+            flat = gym.spaces.flatten_space(space) if self._structured is not None else space
             low, high = flat.low.astype(np.float32), flat.high.astype(np.float32)
             self.single_observation_space = gym.spaces.Box(low, high, flat.shape, np.float32)
             self.observation_space = batch_space(self.single_observation_space, env.num_envs)

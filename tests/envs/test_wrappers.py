@@ -230,3 +230,26 @@ def test_device_env_flattens_tuple_and_dict_observations():
     assert goal.single_observation_space.shape == (5,) and obs.shape == (2, 5)
     assert torch.equal(obs[:, :3], torch.tensor([[0.0, 0.0, 1.0]] * 2))  # Dict keys sorted: "goal" (one-hot) first
     assert bool((obs[:, 3:].abs() <= 1).all())
+
+
+class _Walk(gym.Env):
+    """A float64 Box observation, as numpy gives by default (a walkthrough's env)."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 2), {}
+
+    def step(self, action):
+        return self.reset()[0], 0.0, False, False, {}
+
+
+def test_device_env_declares_the_float32_observations_it_gives():
+    """Its observations are float32 tensors; a float64 Box space said float64 (the bounds stay)."""
+    env = DeviceEnv(gym.vector.SyncVectorEnv([_Walk] * 3), "cpu")
+    obs, _ = env.reset(seed=0)
+    assert obs.dtype == torch.float32 and env.single_observation_space == gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+    assert env.observation_space.shape == (3, 2) and env.observation_space.dtype == np.float32
+    assert env.single_observation_space.contains(obs[0].numpy())
