@@ -87,6 +87,14 @@ def _check_outputs(env: GPUVectorEnv) -> None:
     definition, bound, buffers = env.definition, env._bound, env._buffers
     state = bound.state_items(buffers.state, buffers.array)
     with tensor_float(env.dtype):
+        if definition.initial is not None:
+            drawn = definition.initial(state, env.params)
+            if len(drawn) != len(state):
+                raise TypeError(
+                    f"{definition.id}: initial returns a state of {len(drawn)} values, the state has {len(state)} "
+                    f"({', '.join(definition.state_names)}{', then the array' if definition.array_shape else ''}): "
+                    "initial(state, p) returns the state it makes of the draw, one number per state_names"
+                )
         returned, reward, _ = definition.step(
             state, bound.action_items(env._action_tensor(env.action_space.sample()), env.dtype), env.params
         )

@@ -217,6 +217,12 @@ def _reach1d_source() -> str:
             "    (action,) = action\n    force = (ops.to_float(action) - 1.0)",
             r"too many values to unpack .*: .*the action is one number per env for Discrete actions \(not a tuple",
         ),
+        (  # was torch's "size of tensor a (3) must match the size of tensor b (2)", naming neither env nor initial
+            "initial",
+            "step=step,",
+            "step=step, initial=jitable(lambda state, p: state[:2]),",
+            r"initial returns a state of 2 values, the state has 3 \(position, velocity, target\)",
+        ),
         ("jitable", "@jitable\ndef step", "def step", r"step must be marked @jitable"),
         (
             "helper",
