@@ -107,6 +107,7 @@ def prepare_settings(config: Any, settings: dict, where: str) -> dict:
     ):  # YAML has no tuples; RLlib reads a range (DQN's n_step: [2, 5]) only from one
         settings["n_step"] = tuple(settings["n_step"])
     setters = _setter_of(type(config))
+    unknown = []  # every misspelt key at once, one line each
     for key in settings:
         if key in METHOD_SECTIONS:
             if getattr(config, key, None) is None:
@@ -127,7 +128,9 @@ def prepare_settings(config: Any, settings: dict, where: str) -> dict:
             names = sorted(set(setters) | {k for k in vars(config) if not k.startswith("_")})
             close = difflib.get_close_matches(key, names, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise key_error(where, key, f"not a {type(config).__name__} setting{hint}")
+            unknown.append(str(key_error(where, key, f"not a {type(config).__name__} setting{hint}")))
+    if unknown:
+        raise ExperimentError("\n".join(unknown))
     return settings
 
 

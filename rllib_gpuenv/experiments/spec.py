@@ -40,10 +40,12 @@ from rllib_gpuenv.experiments.legacy import translate_experiment_keys, translate
 from rllib_gpuenv.experiments.resource_space import ResourceSpace
 from rllib_gpuenv.experiments.restore import check_restore
 from rllib_gpuenv.experiments.settings import (
+    algorithm_config,
     apply_config,
     build_config,
     current_settings,
     merge_overrides,
+    prepare_settings,
     validate_python_config,
 )
 from rllib_gpuenv.experiments.shipped import config_file, shipped_settings
@@ -122,6 +124,19 @@ def _stop(stop: Any, where: str) -> dict:
     return {translate_metric(k, where): v for k, v in stop.items()}
 
 
+def _config_key_errors(spec: dict, where: str) -> list[str]:
+    """The lines a ``config:`` section's misspelt keys earn, where its algorithm is known: said
+    with the experiment's own misspelt keys, not on the next run."""
+    settings = spec.get("config")
+    if "run" not in spec or not isinstance(settings, dict):
+        return []
+    try:
+        prepare_settings(algorithm_config(spec["run"], where), dict(settings), where)
+    except ExperimentError as err:
+        return str(err).splitlines()
+    return []
+
+
 def experiment_from_spec(
     name: str,
     spec: Any,
@@ -145,12 +160,19 @@ def experiment_from_spec(
     spec = translate_experiment_keys({k: v for k, v in spec.items() if k not in RUN_SETTINGS}, run_settings, where)
     run_settings = {key: _run_setting(key, values, where) for key, values in run_settings.items()}  # with the old keys'
     unknown = sorted(set(spec) - EXPERIMENT_KEYS)
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], sorted(EXPERIMENT_KEYS), n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
-        raise key_error(
-            where, unknown[0], f"not an experiment key; {hint}an experiment has {', '.join(sorted(EXPERIMENT_KEYS))}"
-        )
+    if unknown:  # each misspelt key, and the config's, at once: one line each
+        lines = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(EXPERIMENT_KEYS), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            lines.append(
+                str(
+                    key_error(
+                        where, key, f"not an experiment key; {hint}an experiment has {', '.join(sorted(EXPERIMENT_KEYS))}"
+                    )
+                )
+            )
+        raise ExperimentError("\n".join(lines + _config_key_errors(spec, where)))
     if "run" not in spec:
         raise key_error(where, "run", "missing: the algorithm, e.g. run: DevicePPO or run: PPO")
     settings = spec.get("config") or {}

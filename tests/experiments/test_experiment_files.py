@@ -452,6 +452,21 @@ def test_bad_experiment_files_name_the_file_experiment_and_key(tmp_path, body, m
     assert "\n" not in str(err.value)
 
 
+def test_every_misspelt_key_of_an_experiment_is_named_at_once(tmp_path):
+    """A walkthrough's file named its stop key's typo, then on the next run its config's: one line
+    each now, the experiment's keys and its config's."""
+    path = write(
+        tmp_path,
+        "x:\n  run: DevicePPO\n  env: GPUCartPole-v1\n  stopp: {training_iteration: 2}\n"
+        "  config: {lamda: 0.9, num_epoch: 2}\n",
+    )
+    with pytest.raises(ExperimentError) as err:
+        load_experiments(path)
+    lines = str(err.value).splitlines()
+    assert [line.split(": ")[2] for line in lines] == ["stopp", "lamda", "num_epoch"], lines
+    assert "did you mean stop?" in lines[0] and "did you mean num_epochs?" in lines[2]
+
+
 @pytest.mark.parametrize(
     "body, message",
     [
