@@ -251,11 +251,8 @@ def _module_view(module: types.ModuleType, names: set[str], value: Callable[[Any
     attribute (``ops.clip``, as the README's env does), a stand-in module whose those attributes
     pass through ``value`` (their CUDA or float32 versions), as ``clip`` imported by name does;
     else the module itself. Without it a CUDA kernel called the torch body (numba-cuda cannot)."""
-    changed = {}
-    for name in names:
-        attribute = getattr(module, name, None)
-        if is_jitable(attribute) and value(attribute) is not attribute:
-            changed[name] = value(attribute)
+    jitables = {name: getattr(module, name) for name in names if is_jitable(getattr(module, name, None))}
+    changed = {name: version for name, f in jitables.items() if (version := value(f)) is not f}
     if not changed:
         return module
     view = types.ModuleType(module.__name__, module.__doc__)
