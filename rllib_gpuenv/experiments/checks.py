@@ -162,7 +162,7 @@ def one_line(err: BaseException) -> str:
 
 def blamed_key(message: str, flat_settings: dict, config: Any) -> str:
     """The setting an error message is about: a user setting it names (first mention wins), or
-    whose value it quotes, else any config attribute it names, else ``config``."""
+    whose value it quotes (first quoted wins), else any config attribute it names, else ``config``."""
     words = [(m.start(), m.group()) for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*", message)]
     leaves = {}
     for key in flat_settings:
@@ -170,9 +170,13 @@ def blamed_key(message: str, flat_settings: dict, config: Any) -> str:
     named = [(pos, leaves[w]) for pos, w in words if w in leaves]
     if named:
         return min(named)[1]
-    for key, value in flat_settings.items():
-        if isinstance(value, str) and len(value) > 1 and value in message:
-            return key
+    quoted = [
+        (message.index(value), -len(value), key)
+        for key, value in flat_settings.items()
+        if isinstance(value, str) and len(value) > 1 and value in message
+    ]
+    if quoted:  # the value it quotes first: a fix's words later ("use 'auto'") quote other settings' values
+        return min(quoted)[2]
     attributes = {a for a in vars(config) if not a.startswith("_")}
     for _, word in words:
         if word in attributes:

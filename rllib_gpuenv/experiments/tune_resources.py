@@ -192,7 +192,7 @@ def search_resources(
     )
     with tune_progress_reporter_output():
         results = tuner.fit()
-    rows = rank([_row(result, list(combos[0]), target) for result in results])
+    rows = rank(trial_rows(results, list(combos[0]), target))
     _print_table(rows, target)
     if interrupted():
         return rows
@@ -232,6 +232,12 @@ class _TrialStarts(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.others_running[trial.trial_id] = sum(t is not trial and t.status == "RUNNING" for t in trials)
+
+
+def trial_rows(results, keys: list[str], target: float) -> list[dict]:
+    """A row per trial that reported: a trial that Ctrl-C stopped before its first result has no
+    config to show (its row's keys were a ``TypeError``, after the trials so far)."""
+    return [_row(result, keys, target) for result in results if result.config is not None]
 
 
 def _row(result, keys: list[str], target: float) -> dict:

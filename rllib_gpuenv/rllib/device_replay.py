@@ -211,8 +211,8 @@ class DeviceReplayConfig:
             raise ValueError(
                 f"replay_buffer_config['capacity'] is {capacity} transitions;{each} fewer than one minibatch of "
                 f"train_batch_size_per_learner={minibatch}: give the buffer at least "
-                f"{minibatch * max(1, self.num_learners)} (the default is 10000, replay's usual 10^4-10^6), or a smaller "
-                "minibatch"
+                f"{minibatch * max(1, self.num_learners)} ({name}'s default is "
+                f"{type(self)().replay_buffer_config['capacity']:,}, replay's usual 10^4-10^6), or a smaller minibatch"
             )
         if intensity is not None:
             asked = intensity * self.device_batch_size / (minibatch * max(1, self.num_learners))

@@ -441,6 +441,11 @@ STOP = "stop: {training_iteration: 1}"
         ),
         (f"'/tmp/x': {{run: PPO, env: CartPole-v1, {STOP}}}", r"experiment '/tmp/x': name: .* is not a plain directory name"),
         (f"'..': {{run: PPO, env: CartPole-v1, {STOP}}}", r"experiment '..': name: '..' is not a plain directory name"),
+        (  # was blamed on devices.learner, whose 'auto' the fix's words quote
+            f"x: {{run: DevicePPO, env: GPUCartPole-v1, {STOP}, "
+            "config: {devices: {learner: auto, env_runners: auto, evaluation: 'cuda:7'}}}",
+            r"experiment 'x': devices.evaluation: device 'cuda:7'",
+        ),
         ("x: [run: PPO\n", r"exp.yaml: not valid YAML"),
         ("- just a list", r"exp.yaml: expected experiments as"),
     ],

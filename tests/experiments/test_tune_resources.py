@@ -8,7 +8,16 @@ import pytest
 import yaml
 
 from rllib_gpuenv.experiments import RETURN_METRIC, ExperimentError, inline_experiment, load_experiments, run_experiment
-from rllib_gpuenv.experiments.tune_resources import GPU_KEYS, ResourceSpace, _same, candidates, layout, rank, search_resources
+from rllib_gpuenv.experiments.tune_resources import (
+    GPU_KEYS,
+    ResourceSpace,
+    _same,
+    candidates,
+    layout,
+    rank,
+    search_resources,
+    trial_rows,
+)
 from rllib_gpuenv.rllib import DevicePPOConfig
 
 
@@ -122,6 +131,22 @@ def test_tune_finds_the_device_algorithms_by_name_as_it_finds_rllib_s(ray_local,
     run = tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path), verbose=0)
     (result,) = tune.Tuner("DevicePPO", param_space=param_space, run_config=run).fit()
     assert result.error is None and result.metrics["env_runners"]["num_env_steps_sampled_lifetime"] == 2 * 8 * 8
+
+
+def test_a_trial_stopped_before_its_first_result_has_no_row():
+    """Ctrl-C as a search's next trial starts: Tune gives it a result with no config, and the
+    table of the trials so far failed with a TypeError (a walkthrough's)."""
+    from ray.tune import Result
+
+    reported = Result(
+        metrics={"config": {"num_envs_per_env_runner": 32}, "training_iteration": 2, "time_total_s": 1.0},
+        checkpoint=None,
+        error=None,
+        path="/nowhere/trial_0",
+    )
+    started = Result(metrics={}, checkpoint=None, error=None, path="/nowhere/trial_1")
+    rows = trial_rows([reported, started], ["num_envs_per_env_runner"], 475.0)
+    assert [(row["num_envs_per_env_runner"], row["iterations"]) for row in rows] == [(32, 2)]
 
 
 def test_ranking_puts_reached_targets_first_by_time_then_misses_by_return():

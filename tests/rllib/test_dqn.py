@@ -198,7 +198,7 @@ def test_runners_train_and_checkpoints_restore(tmp_path, with_buffer, remote_run
         (  # each minibatch would repeat the buffer's transitions (was accepted)
             {"replay_buffer_config": {"capacity": 100}},
             r"replay_buffer_config\['capacity'\] is 100 transitions; fewer than one minibatch of "
-            r"train_batch_size_per_learner=256: give the buffer at least 256 ",
+            r"train_batch_size_per_learner=256: give the buffer at least 256 \(DeviceDQN's default is 10,000, ",
         ),
         (
             {"replay_buffer_config": {"capacity": 100, "typ": "EpisodeReplayBuffer"}},  # was dropped: still prioritized

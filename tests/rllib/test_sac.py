@@ -140,6 +140,10 @@ def test_a_checkpoint_restores_with_its_replay_buffer(tmp_path):
     [
         ({"train_batch_size_per_learner": 0}, r"train_batch_size_per_learner is DeviceSAC's minibatch .*got 0"),
         ({"replay_buffer_config": {"capacity": 0}}, r"replay_buffer_config\['capacity'\] must be a positive integer, got 0"),
+        (  # it named DQN's default, 10000
+            {"replay_buffer_config": {"capacity": 100}},
+            r"give the buffer at least \d+ \(DeviceSAC's default is 100,000, ",
+        ),
         (
             {"replay_buffer_config": {"type": "ReservoirReplayBuffer", "capacity": 10}},
             r"replay_buffer_config\['type'\] is ReservoirReplayBuffer, but DeviceSAC's buffer .* draws uniformly or by "
