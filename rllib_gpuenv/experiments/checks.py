@@ -233,15 +233,15 @@ def _check_env_options(config: Any) -> None:
     from rllib_gpuenv.envs.vector_env import check_options
     from rllib_gpuenv.jax_envs import check_jax_env_config, is_jax_id
 
-    options = {k: v for k, v in (config.env_config or {}).items() if k not in ("num_envs", "device")}
-    if is_jax_id(config.env):  # gymnax's and Brax's: their params and constructors
+    env_config = config.env_config or {}
+    if is_jax_id(config.env):  # gymnax's and Brax's: their params and constructors, less what the runner sets
         from rllib_gpuenv.rllib.env_runner import RUNNER_KEYS
 
-        check_jax_env_config(config.env, {k: v for k, v in options.items() if k not in RUNNER_KEYS})
+        check_jax_env_config(config.env, {k: v for k, v in env_config.items() if k not in RUNNER_KEYS})
         return
     definition = env_definition(config.env) if isinstance(config.env, str) else None
     if definition is not None:
-        check_options(definition, options)
+        check_options(definition, {k: v for k, v in env_config.items() if k not in ("num_envs", "device")})
 
 
 def check_name(name: str, where: str) -> None:
